@@ -1,0 +1,1 @@
+"""Command-line interface: one thin module per verb."""

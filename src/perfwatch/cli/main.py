@@ -14,6 +14,16 @@ from perfwatch import __version__
 
 # verb -> "module:attribute" of a click.Command
 COMMANDS: dict[str, str] = {
+    "profile": "perfwatch.cli.profile:profile",
+    "recommend": "perfwatch.cli.recommend:recommend",
+    "dev": "perfwatch.cli.dev:dev",
+    "publish": "perfwatch.cli.publish:publish",
+    "watch": "perfwatch.cli.watch:watch",
+    "forward": "perfwatch.cli.forward:forward",
+    "analyze": "perfwatch.cli.analyze:analyze",
+    "serve": "perfwatch.cli.serve:serve",
+    "dashboard": "perfwatch.cli.dashboard:dashboard",
+    "demo": "perfwatch.cli.demo:demo",
 }
 
 

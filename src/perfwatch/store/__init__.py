@@ -1,1 +1,41 @@
-"""store"""
+"""State stores: SQLite (default, one processor) and PostgreSQL (shared)."""
+
+from __future__ import annotations
+
+from perfwatch.store.base import (
+    CURSOR_NAMESPACE,
+    OutboxEntry,
+    Point,
+    SeriesKey,
+    SeriesState,
+    StateStore,
+    StoreError,
+    StoreTransaction,
+    StoreUnavailable,
+)
+
+__all__ = [
+    "CURSOR_NAMESPACE",
+    "OutboxEntry",
+    "Point",
+    "SeriesKey",
+    "SeriesState",
+    "StateStore",
+    "StoreError",
+    "StoreTransaction",
+    "StoreUnavailable",
+    "open_store",
+]
+
+
+def open_store(url: str) -> StateStore:
+    """Open (creating or migrating the schema) the store at `url`."""
+    if url.startswith("sqlite:"):
+        from perfwatch.store.sqlite import SqliteStore
+
+        return SqliteStore(url)
+    if url.startswith(("postgresql:", "postgres:")):
+        from perfwatch.store.postgres import PostgresStore
+
+        return PostgresStore(url)
+    raise StoreError(f"{url}: unsupported state store URL (sqlite:///PATH or postgresql://...)")

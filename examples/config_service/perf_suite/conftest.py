@@ -1,0 +1,6 @@
+"""Make the `config_service` package importable when pytest runs this suite."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

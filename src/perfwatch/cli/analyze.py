@@ -1,0 +1,355 @@
+"""`perfwatch analyze`: change points in series read from CSV or record files."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+import orjson
+
+from perfwatch.formats.errors import SourceError, read_source
+from perfwatch.formats.jsonl import read_records, records_to_series
+from perfwatch.formats.otava_csv import read_otava_csv
+from perfwatch.formats.series import MetricSeries, select_points
+from perfwatch.records import ChangeDirection, Direction, format_rfc3339
+
+if TYPE_CHECKING:
+    from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams
+
+RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
+CSV_SUFFIXES = {".csv", ".tsv", ".txt"}
+DIRECTION_WORDS: dict[str, Direction] = {
+    "higher": "higher_is_better",
+    "higher_is_better": "higher_is_better",
+    "lower": "lower_is_better",
+    "lower_is_better": "lower_is_better",
+}
+# A progress bar is worth drawing only when analysis takes a noticeable while.
+PROGRESS_MIN_SERIES = 20
+SHOWN_COMMIT_CHARS = 10
+CHANGE_COLOURS = {"regression": "red", "improvement": "green", "unknown": "yellow"}
+
+
+class InputError(click.ClickException):
+    """Bad input files or values: ``Error: FILE:LINE:COLUMN: problem``, exit status 2."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class FoundChange:
+    change: ChangePoint
+    direction: ChangeDirection
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    series: MetricSeries
+    changes: list[FoundChange]
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--metrics",
+    "metric_lists",
+    multiple=True,
+    metavar="NAMES",
+    help="Analyse only these metrics (comma-separated; repeatable).",
+)
+@click.option("--branch", help="Keep only runs of this branch (required if runs mix branches).")
+@click.option("--since", help="First run to keep: a commit (or unique prefix) or ISO 8601 date.")
+@click.option("--until", help="Last run to keep: a commit (or unique prefix) or ISO 8601 date.")
+@click.option("--last", type=click.IntRange(min=1), help="Keep only the last N runs.")
+@click.option(
+    "-P",
+    "--max-pvalue",
+    type=click.FloatRange(0, 1),
+    help="Report change points with a p-value up to this (default 0.001).",
+)
+@click.option(
+    "-M",
+    "--min-magnitude",
+    type=click.FloatRange(min=0),
+    help="Report change points whose relative change of mean is at least this (default 0).",
+)
+@click.option("--window", type=click.IntRange(min=2), help="E-Divisive window length (default 50).")
+@click.option(
+    "--compat",
+    type=click.Choice(["otava"]),
+    help="Reproduce Apache Otava's results exactly, shortcomings included.",
+)
+@click.option(
+    "--direction",
+    "direction_flags",
+    multiple=True,
+    metavar="METRIC=higher|lower",
+    help="Which way is better for a metric (repeatable); otherwise the records' direction.",
+)
+@click.option("--time-column", help="CSV time column (default: time/timestamp/date, else first).")
+@click.option("--sep", help="CSV separator (default: detected from the header; 'tab' for TAB).")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+)
+def analyze(
+    files: tuple[Path, ...],
+    metric_lists: tuple[str, ...],
+    branch: str | None,
+    since: str | None,
+    until: str | None,
+    last: int | None,
+    max_pvalue: float | None,
+    min_magnitude: float | None,
+    window: int | None,
+    compat: str | None,
+    direction_flags: tuple[str, ...],
+    time_column: str | None,
+    sep: str | None,
+    output_format: str,
+) -> None:
+    """Find change points in the runs of each metric in FILES.
+
+    FILES are Otava-style CSV files (a time column, optional commit, version and
+    branch columns, metric columns, attribute columns; one test per file, named
+    after the file) or perfwatch record files (JSON Lines, or .json holding a
+    record or an array of records; grouped by test across files).
+    """
+    from perfwatch.detectors.edivisive import EDivisiveParams
+
+    directions = _parse_directions(direction_flags)
+    metrics = {name.strip() for text in metric_lists for name in text.split(",") if name.strip()}
+    settings = {
+        "window_len": window,
+        "max_pvalue": max_pvalue,
+        "min_magnitude": min_magnitude,
+        "compat": compat,
+    }
+    params = EDivisiveParams(**{k: v for k, v in settings.items() if v is not None})
+    try:
+        loaded = _load_series(
+            files, metrics or None, time_column=time_column, separator=_separator(sep)
+        )
+        _check_found(loaded, metrics, files)
+        selected = [
+            _prepared(series, directions, branch=branch, since=since, until=until, last=last)
+            for series in loaded
+        ]
+    except SourceError as error:
+        raise InputError(str(error)) from None
+    results = _detect_all(selected, params)
+    if output_format == "json":
+        output = orjson.dumps(
+            {"series": [_result_json(result) for result in results]}, option=orjson.OPT_INDENT_2
+        ).decode()
+    else:
+        output = _render_text(results, colour=sys.stdout.isatty())
+    click.echo(output)
+
+
+def _parse_directions(flags: Sequence[str]) -> dict[str, Direction]:
+    directions: dict[str, Direction] = {}
+    for flag in flags:
+        metric, _, word = flag.rpartition("=")
+        if not metric or word.lower() not in DIRECTION_WORDS:
+            raise click.BadParameter(
+                f"{flag!r} is not METRIC=higher or METRIC=lower", param_hint="--direction"
+            )
+        directions[metric] = DIRECTION_WORDS[word.lower()]
+    return directions
+
+
+def _separator(sep: str | None) -> str | None:
+    if sep is None:
+        return None
+    resolved = {"tab": "\t", "\\t": "\t"}.get(sep.lower(), sep)
+    if len(resolved) != 1:
+        raise click.BadParameter(f"{sep!r} is not a single character", param_hint="--sep")
+    return resolved
+
+
+def _is_record_file(path: Path) -> bool:
+    """Record files by suffix; for other suffixes, JSON if the text starts with { or [."""
+    suffix = path.suffix.lower()
+    if suffix in RECORD_SUFFIXES or suffix in CSV_SUFFIXES:
+        return suffix in RECORD_SUFFIXES
+    return read_source(path).lstrip()[:1] in (b"{", b"[")
+
+
+def _load_series(
+    files: Sequence[Path],
+    metrics: set[str] | None,
+    *,
+    time_column: str | None,
+    separator: str | None,
+) -> list[MetricSeries]:
+    """Series of every file in argument order; record files, merged by test, take the place
+    of the first of them."""
+    series: list[MetricSeries] = []
+    record_files = [path for path in files if _is_record_file(path)]
+    for path in files:
+        if path in record_files:
+            if path == record_files[0]:
+                records = (sourced for each in record_files for sourced in read_records(each))
+                series.extend(records_to_series(records, metrics=metrics))
+        else:
+            series.extend(
+                read_otava_csv(path, time_column=time_column, separator=separator, metrics=metrics)
+            )
+    return series
+
+
+def _check_found(
+    series: Sequence[MetricSeries], requested: set[str], files: Sequence[Path]
+) -> None:
+    where = str(files[0]) if len(files) == 1 else f"any of the {len(files)} files"
+    missing = sorted(requested - {s.metric for s in series})
+    if missing:
+        raise SourceError(where, f"no metric named {', '.join(map(repr, missing))}")
+    if not series:
+        raise SourceError(where, "no metric series (no numeric column, no record metric)")
+
+
+def _prepared(
+    series: MetricSeries,
+    directions: dict[str, Direction],
+    *,
+    branch: str | None,
+    since: str | None,
+    until: str | None,
+    last: int | None,
+) -> MetricSeries:
+    chosen = select_points(series, branch=branch, since=since, until=until, last=last)
+    if len(chosen) < 2:
+        kept = "no runs" if len(chosen) == 0 else "a single run"
+        filters = " after filtering" if len(chosen) < len(series) else ""
+        raise series.error(f"{kept}{filters}; change-point analysis needs at least 2")
+    return replace(chosen, direction=directions.get(series.metric, series.direction))
+
+
+def _detect_all(series: Sequence[MetricSeries], params: EDivisiveParams) -> list[SeriesResult]:
+    from tqdm import tqdm
+
+    from perfwatch.detectors.edivisive import classify_direction, detect_change_points
+
+    show_progress = len(series) >= PROGRESS_MIN_SERIES and sys.stderr.isatty()
+    results = []
+    for each in tqdm(series, disable=not show_progress, file=sys.stderr, unit="series"):
+        changes = detect_change_points(each.values, params)
+        results.append(
+            SeriesResult(
+                each,
+                [
+                    FoundChange(c, classify_direction(c.forward_change_percent, each.direction))
+                    for c in changes
+                ],
+            )
+        )
+    return results
+
+
+def _result_json(result: SeriesResult) -> dict[str, Any]:
+    series = result.series
+    return {
+        "test": series.test,
+        "metric": series.metric,
+        "points": len(series),
+        "change_points": [
+            {
+                "index": found.change.index,
+                "time": format_rfc3339(series.times[found.change.index]),
+                "commit": series.commits[found.change.index],
+                "forward_change_percent": found.change.forward_change_percent,
+                "magnitude": found.change.magnitude,
+                "mean_before": found.change.mean_before,
+                "stddev_before": found.change.stddev_before,
+                "mean_after": found.change.mean_after,
+                "stddev_after": found.change.stddev_after,
+                "pvalue": found.change.pvalue,
+                "direction": found.direction,
+            }
+            for found in result.changes
+        ],
+    }
+
+
+# --- text ---------------------------------------------------------------------------------
+
+
+def _render_text(results: Sequence[SeriesResult], *, colour: bool) -> str:
+    blocks = [_series_table(result, colour=colour) for result in results]
+    blocks.append(_summary(results, colour=colour))
+    return "\n\n".join(blocks)
+
+
+def _series_table(result: SeriesResult, *, colour: bool) -> str:
+    series = result.series
+    columns: list[tuple[str, list[str]]] = [
+        ("time", [t.strftime("%Y-%m-%d %H:%M:%S +0000") for t in series.times])
+    ]
+    if any(series.commits):
+        columns.append(("commit", [(c or "")[:SHOWN_COMMIT_CHARS] for c in series.commits]))
+    if any(series.attributes.get("version", [])):
+        columns.append(("version", [v or "" for v in series.attributes["version"]]))
+    columns.append((series.metric, [f"{v:.10g}" for v in series.values]))
+    widths = [max(len(name), *(len(cell) for cell in cells)) for name, cells in columns]
+    numeric = len(columns) - 1
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.rjust(width) if i == numeric else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    changes_at = {found.change.index: found for found in result.changes}
+    lines = [
+        _series_title(result, colour=colour),
+        line([name for name, _ in columns]),
+        line(["-" * width for width in widths]),
+    ]
+    for row in range(len(series)):
+        if row in changes_at:
+            lines.append(_change_marker(changes_at[row], colour=colour))
+        lines.append(line([cells[row] for _, cells in columns]))
+    return "\n".join(lines)
+
+
+def _series_title(result: SeriesResult, *, colour: bool) -> str:
+    series = result.series
+    better = {"higher_is_better": "higher is better", "lower_is_better": "lower is better"}
+    details = [f"{len(series)} runs", f"{len(result.changes)} change point(s)"]
+    if series.direction is not None:
+        details.insert(0, better[series.direction])
+    if series.unit:
+        details.insert(0, series.unit)
+    title = f"{series.test} / {series.metric}"
+    return f"{click.style(title, bold=True) if colour else title}  ({', '.join(details)})"
+
+
+def _change_marker(found: FoundChange, *, colour: bool) -> str:
+    change = found.change
+    text = (
+        f"---- change point: {change.forward_change_percent:+.1f}%  "
+        f"mean {change.mean_before:.6g} -> {change.mean_after:.6g}  "
+        f"p={change.pvalue:.2g}  {found.direction} ----"
+    )
+    return click.style(text, fg=CHANGE_COLOURS[found.direction]) if colour else text
+
+
+def _summary(results: Sequence[SeriesResult], *, colour: bool) -> str:
+    changes = [found for result in results for found in result.changes]
+    counts = {kind: sum(found.direction == kind for found in changes) for kind in CHANGE_COLOURS}
+    parts = [
+        click.style(f"{count} {kind}", fg=CHANGE_COLOURS[kind])
+        if colour and count
+        else f"{count} {kind}"
+        for kind, count in counts.items()
+    ]
+    return f"{len(results)} series, {len(changes)} change point(s): {', '.join(parts)}"

@@ -1,0 +1,130 @@
+"""`perfwatch dev`: run a local broker in the foreground for development.
+
+``perfwatch dev pulsar`` runs a real Apache Pulsar standalone from the Maven jars
+(downloaded once into a cache folder); ``perfwatch dev embedded`` runs the small
+pulsar-lite broker. Both print the service URL once ready and stop cleanly on
+Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from perfwatch.stream.brokers import BrokerError
+
+
+@click.group()
+def dev() -> None:
+    """Run a local Pulsar broker for development and tests."""
+
+
+def _wait_for_signal(is_running: Callable[[], bool]) -> None:
+    """Block until SIGINT/SIGTERM, or fail if the broker process dies first."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(1.0):
+            if not is_running():
+                raise click.ClickException("the broker process exited unexpectedly")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@dev.command("pulsar")
+@click.option(
+    "--fetch-only", is_flag=True, help="Download the jars into the cache and exit (for CI)."
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep data here across runs (ports are then remembered) [default: a fresh temp folder].",
+)
+@click.option("--port", type=click.IntRange(1, 65535), help="Broker port [default: a free one].")
+@click.option("--web-port", type=click.IntRange(1, 65535), help="Admin/HTTP port [default: free].")
+@click.option("--heap-mb", type=click.IntRange(min=128), default=512, show_default=True)
+def pulsar_standalone(
+    fetch_only: bool,
+    data_dir: Path | None,
+    port: int | None,
+    web_port: int | None,
+    heap_mb: int,
+) -> None:
+    """Run an Apache Pulsar standalone (broker + bookie) on loopback until Ctrl-C."""
+    from perfwatch.stream.standalone import (
+        PulsarStandalone,
+        fetch_jars,
+        jars_ready,
+        pulsar_home,
+        pulsar_version,
+    )
+
+    try:
+        home = pulsar_home()
+        if not jars_ready(home):
+            click.echo(
+                f"Fetching Apache Pulsar {pulsar_version()} jars with Maven into {home} "
+                "(about 240 MB the first time) ...",
+                err=True,
+            )
+        began = time.monotonic()
+        lib_dir = fetch_jars(home)
+        click.echo(f"Jars ready in {lib_dir} ({time.monotonic() - began:.1f} s)", err=True)
+        if fetch_only:
+            return
+        standalone = PulsarStandalone(
+            lib_dir=lib_dir,
+            data_dir=data_dir,
+            broker_port=port,
+            web_port=web_port,
+            heap_mb=heap_mb,
+        )
+        click.echo("Starting the Pulsar standalone ...", err=True)
+        with standalone:
+            click.echo(
+                f"Pulsar standalone ready in {standalone.startup_seconds:.1f} s "
+                f"(pid {standalone.pid}, log {standalone.log_file})",
+                err=True,
+            )
+            click.echo(f"service URL: {standalone.service_url}")
+            click.echo(f"admin URL:   {standalone.admin_url}")
+            _wait_for_signal(lambda: standalone.running)
+            click.echo("Stopping ...", err=True)
+    except BrokerError as error:
+        raise click.ClickException(str(error)) from error
+
+
+@dev.command("embedded")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Broker data folder [default: ~/.local/share/perfwatch/embedded].",
+)
+@click.option("--port", type=click.IntRange(1, 65535), help="Broker port [default: a free one].")
+def embedded(data_dir: Path | None, port: int | None) -> None:
+    """Run the embedded pulsar-lite broker on loopback until Ctrl-C."""
+    from perfwatch.stream.embedded import EmbeddedBroker
+
+    try:
+        with EmbeddedBroker(data_dir, port=port) as broker:
+            click.echo(
+                f"Embedded broker ready (pid {broker.pid}, data {broker.data_dir}, "
+                f"log {broker.log_file})",
+                err=True,
+            )
+            click.echo(f"service URL: {broker.service_url}")
+            _wait_for_signal(lambda: broker.running)
+            click.echo("Stopping ...", err=True)
+    except BrokerError as error:
+        raise click.ClickException(str(error)) from error

@@ -1,0 +1,216 @@
+"""`perfwatch publish`: send result files to the records topic as perfwatch records."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import pulsar
+
+from perfwatch.config import Config, ConfigError, load_config
+from perfwatch.formats.detect import FORMATS, InputFile, read_input_file
+from perfwatch.formats.errors import SourceError
+from perfwatch.publishers.identity import Identity, complete_record, environment_identity
+from perfwatch.publishers.publisher import Publisher, PublishError, record_label
+from perfwatch.records import dumps, format_rfc3339, parse_rfc3339, validate_record
+from perfwatch.stream.brokers import BrokerError
+
+EXIT_INVALID_INPUT = 1
+EXIT_NOT_ACKNOWLEDGED = 3
+
+
+def parse_attributes(pairs: tuple[str, ...]) -> dict[str, str]:
+    attributes = {}
+    for pair in pairs:
+        name, separator, value = pair.partition("=")
+        if not separator or not name:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--attr")
+        attributes[name] = value
+    return attributes
+
+
+def prepare_file(
+    input_file: InputFile,
+    *,
+    explicit: Identity,
+    defaults: Identity,
+    fallback_timestamp: str,
+) -> tuple[list[tuple[dict[str, Any], str]], list[str]]:
+    """Complete and validate every record of a file: (records with labels, problems)."""
+    if input_file.names_benchmarks and explicit.test is not None:
+        test_prefix, explicit = explicit.test, replace(explicit, test=None)
+    else:
+        test_prefix = None
+    prepared, problems = [], []
+    for located in input_file.records:
+        record = complete_record(
+            located.record,
+            explicit=explicit,
+            defaults=defaults,
+            test_prefix=test_prefix,
+            fallback_timestamp=fallback_timestamp,
+        )
+        where = f"{input_file.path}: {located.position}"
+        # Schema validation is the costly part; a record the reader validated and the
+        # identity step left as it was needs no second check.
+        if not (input_file.validated and record == located.record):
+            problems.extend(f"{where}: {problem}" for problem in validate_record(record))
+        prepared.append((record, record_label(record, where)))
+    return prepared, problems
+
+
+def _modification_time(path: str) -> str:
+    return format_rfc3339(datetime.fromtimestamp(Path(path).stat().st_mtime, UTC))
+
+
+@click.command("publish")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--pulsar-url",
+    help="Pulsar service URL; default: the configured one, else the embedded broker.",
+)
+@click.option(
+    "--topic", help="Records topic [default: persistent://public/default/perfwatch-records]."
+)
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), help="perfwatch.toml to read."
+)
+@click.option(
+    "--format",
+    "file_format",
+    type=click.Choice(FORMATS),
+    help="Format of every FILE; default: detected per file.",
+)
+@click.option("--test", help="Test id; for benchmark-tool reports, a prefix: TEST/benchmark-name.")
+@click.option(
+    "--run-id", help="Run id of every record; default: the record's own, else a content hash."
+)
+@click.option("--commit", help="Commit; default: the record's, else from CI variables or git.")
+@click.option("--branch", help="Branch; default: the record's, else from CI variables or git.")
+@click.option("--timestamp", help="RFC 3339 time; default: the record's, else the file's mtime.")
+@click.option(
+    "--attr", "attrs", multiple=True, metavar="NAME=VALUE", help="Attribute (repeatable)."
+)
+@click.option(
+    "--auto-identity/--no-auto-identity",
+    default=True,
+    show_default=True,
+    help="Take a missing commit and branch from CI variables and git.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the records as JSON Lines; send nothing.")
+def publish(
+    files: tuple[str, ...],
+    pulsar_url: str | None,
+    topic: str | None,
+    config_path: str | None,
+    file_format: str | None,
+    test: str | None,
+    run_id: str | None,
+    commit: str | None,
+    branch: str | None,
+    timestamp: str | None,
+    attrs: tuple[str, ...],
+    auto_identity: bool,
+    dry_run: bool,
+) -> None:
+    """Publish FILE... (perfwatch JSON/JSON Lines, Otava CSV, pytest-benchmark,
+    Google Benchmark or hyperfine JSON) to the records topic, keyed by test id.
+
+    Every record is validated first; a file with an invalid record is reported
+    (file, position, JSON path) and nothing from it is sent. Exits 0 only when
+    every sent record was acknowledged by the broker (1: invalid input, 3: not
+    acknowledged).
+    """
+    try:
+        config = load_config(
+            config_path, overrides={"broker.url": pulsar_url, "topics.records": topic}
+        )
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
+    if timestamp is not None:
+        try:
+            parse_rfc3339(timestamp)
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--timestamp") from None
+    explicit = Identity(
+        test=test,
+        run_id=run_id,
+        commit=commit,
+        branch=branch,
+        timestamp=timestamp,
+        attributes=parse_attributes(attrs),
+    )
+    defaults = environment_identity(os.environ, Path.cwd()) if auto_identity else Identity()
+
+    ready: list[tuple[dict[str, Any], str]] = []
+    rejected_files = 0
+    for path in files:
+        try:
+            input_file = read_input_file(path, file_format)
+            prepared, problems = prepare_file(
+                input_file,
+                explicit=explicit,
+                defaults=defaults,
+                fallback_timestamp=_modification_time(path),
+            )
+        except SourceError as error:
+            prepared, problems = [], [str(error)]
+        if problems:
+            for problem in problems:
+                click.echo(f"error: {problem}", err=True)
+            click.echo(f"{path}: invalid; nothing from this file is sent", err=True)
+            rejected_files += 1
+            continue
+        if not prepared:
+            click.echo(f"{path}: holds no records", err=True)
+        ready.extend(prepared)
+
+    if run_id is not None:
+        repeated = [
+            name for name, count in Counter(r["test"] for r, _ in ready).items() if count > 1
+        ]
+        if repeated:
+            raise click.UsageError(
+                f"--run-id {run_id!r} would be given to several runs of test {repeated[0]!r}; "
+                "a run id must name one run of a test"
+            )
+
+    if dry_run:
+        stdout = sys.stdout.buffer
+        for record, _ in ready:
+            stdout.write(dumps(record) + b"\n")
+        stdout.flush()
+    elif ready:
+        _send(ready, config)
+    if rejected_files:
+        raise SystemExit(EXIT_INVALID_INPUT)
+
+
+def _send(ready: list[tuple[dict[str, Any], str]], config: Config) -> None:
+    publisher = Publisher(
+        config.broker.url,
+        topic=config.topics.records,
+        auth_token=config.broker.auth_token,
+        tls_trust_certs_file=config.broker.tls_trust_certs,
+    )
+    try:
+        with publisher:
+            for record, label in ready:
+                publisher.send(dumps(record), key=record["test"], label=label)
+    except PublishError as error:
+        click.echo(f"error: {error}", err=True)
+        raise SystemExit(EXIT_NOT_ACKNOWLEDGED) from None
+    except (BrokerError, pulsar.PulsarException) as error:
+        where = config.broker.url or "the embedded broker"
+        click.echo(f"error: publishing to {publisher.topic} on {where} failed: {error}", err=True)
+        raise SystemExit(EXIT_NOT_ACKNOWLEDGED) from None
+    click.echo(
+        f"published {publisher.acknowledged} record(s) to {publisher.topic}; all acknowledged",
+        err=True,
+    )

@@ -1,0 +1,404 @@
+"""`perfwatch recommend`: cluster the inputs, sample them, and say whether to run the suite."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from perfwatch.detectors.inputs import (
+    ATTRIBUTES,
+    CLUSTER_ATTRIBUTES,
+    METHODS,
+    NOISE,
+    InputClustering,
+    Recommendation,
+    RunOrSkipRecommender,
+    sample_inputs,
+)
+from perfwatch.formats.errors import SourceError
+from perfwatch.formats.input_profile import InputProfileFile, read_input_profile
+from perfwatch.records import InputProfile
+
+TIME_ATTRIBUTES = {"cpu": "cpu_time_s", "wall": "wall_time_s"}
+
+
+class InputError(click.ClickException):
+    """Bad input files or values: ``Error: FILE: problem``, exit status 2."""
+
+    exit_code = 2
+
+
+class Share(click.ParamType):
+    """A share given as ``0.38`` or ``38%``."""
+
+    name = "share"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a share such as 0.38 or 38%", param, ctx)
+        if share < 0:
+            self.fail(f"{value!r} is negative", param, ctx)
+        return share
+
+
+@click.command()
+@click.option(
+    "--baseline",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Input profiles of the whole suite on the old code (or a record with inputs).",
+)
+@click.option(
+    "--update",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Input profiles of the sampled inputs on the new code. Without it: show the "
+    "clustering and the sample to profile.",
+)
+@click.option(
+    "--reference",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Profiles of the same sampled inputs on the old code, measured next to the update "
+    "(removes machine drift from the time thresholds).",
+)
+@click.option("--method", type=click.Choice(METHODS), default="dbscan", show_default=True)
+@click.option(
+    "--eps",
+    type=click.FloatRange(min=0, min_open=True),
+    help="DBSCAN radius [default: knee of the sorted k-distances].",
+)
+@click.option(
+    "--min-samples",
+    type=click.IntRange(min=1),
+    help="DBSCAN core size [default: 2 x attributes, at most a tenth of the inputs].",
+)
+@click.option(
+    "--n-clusters",
+    type=click.IntRange(min=1),
+    help="k for kmeans, gmm and agglomerative [default: elbow, lowest BIC, highest silhouette].",
+)
+@click.option(
+    "--attributes",
+    default=",".join(CLUSTER_ATTRIBUTES),
+    show_default=True,
+    help=f"Comma-separated attributes to cluster on, from: {', '.join(ATTRIBUTES)}.",
+)
+@click.option(
+    "--per-cluster",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Inputs sampled from each cluster.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+@click.option(
+    "--sample-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the sampled input ids here, one per line (for `perfwatch profile --only`).",
+)
+@click.option(
+    "--acceptable-slowdown",
+    type=Share(),
+    default="38%",
+    show_default=True,
+    help="Largest acceptable drop of the slope statements/time.",
+)
+@click.option(
+    "--time-tolerance",
+    type=Share(),
+    default="10%",
+    show_default=True,
+    help="Share by which a time may exceed its threshold before it votes run.",
+)
+@click.option(
+    "--time",
+    "time_kind",
+    type=click.Choice(sorted(TIME_ATTRIBUTES)),
+    default="cpu",
+    show_default=True,
+    help="Time attribute the checks use.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Draw the clusters (and the judged inputs) to this PNG file.",
+)
+@click.option("--plot-x", type=click.Choice(ATTRIBUTES), default="size", show_default=True)
+@click.option("--plot-y", type=click.Choice(ATTRIBUTES), default="statements", show_default=True)
+def recommend(
+    baseline: Path,
+    update: Path | None,
+    reference: Path | None,
+    method: str,
+    eps: float | None,
+    min_samples: int | None,
+    n_clusters: int | None,
+    attributes: str,
+    per_cluster: int,
+    seed: int,
+    sample_out: Path | None,
+    acceptable_slowdown: float,
+    time_tolerance: float,
+    time_kind: str,
+    output_format: str,
+    plot: Path | None,
+    plot_x: str,
+    plot_y: str,
+) -> None:
+    """Recommend whether a code update needs the full performance suite.
+
+    The baseline's inputs are clustered by the behaviour they cause; a seeded
+    sample of each cluster, profiled on the new code (--update), is judged by
+    its time against the cluster's time threshold and by the change of its
+    slope statements/time. The suite should run when at least half of the
+    sampled inputs vote run.
+    """
+    baseline_file = _read(baseline)
+    chosen = tuple(name.strip() for name in attributes.split(",") if name.strip())
+    try:
+        clustering = InputClustering(
+            method,  # type: ignore[arg-type]
+            attributes=chosen,
+            eps=eps,
+            min_samples=min_samples,
+            n_clusters=n_clusters,
+        ).fit(baseline_file.profiles)
+    except ValueError as error:
+        raise InputError(f"{baseline}: {error}") from None
+    sample = sample_inputs(clustering, per_cluster=per_cluster, seed=seed)
+    if sample_out is not None:
+        ids = [input_id for members in sample.values() for input_id in members]
+        sample_out.write_text("".join(f"{input_id}\n" for input_id in ids), encoding="utf-8")
+
+    recommendation = None
+    command = None
+    update_file = None
+    if update is not None:
+        update_file = _read(update)
+        reference_profiles = _read(reference).profiles if reference is not None else None
+        recommender = RunOrSkipRecommender(
+            acceptable_slowdown=acceptable_slowdown,
+            time_tolerance=time_tolerance,
+            time_attribute=TIME_ATTRIBUTES[time_kind],  # type: ignore[arg-type]
+        )
+        try:
+            recommendation = recommender.recommend(
+                clustering,
+                update_file.profiles,
+                reference=reference_profiles,
+                per_cluster=per_cluster,
+            )
+        except ValueError as error:
+            raise InputError(f"{update}: {error}") from None
+        if not recommendation.votes:
+            raise InputError(f"{update}: none of its inputs belongs to a cluster of {baseline}")
+        options = _clustering_options(method, eps, min_samples, n_clusters, chosen)
+        command = _resample_command(recommendation, baseline, update_file, seed, options)
+
+    if plot is not None:
+        plot_clusters(
+            clustering, plot, plot_x, plot_y, recommendation, update_file.profiles if update else ()
+        )
+    if output_format == "json":
+        document: dict[str, Any] = {
+            "clustering": clustering.to_dict(),
+            "sample": {
+                "per_cluster": per_cluster,
+                "seed": seed,
+                "inputs": {str(label): ids for label, ids in sample.items()},
+            },
+        }
+        if recommendation is not None:
+            document["recommendation"] = recommendation.to_dict()
+            if command is not None:
+                document["recommendation"]["advice"]["command"] = command
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        return
+    click.echo(_clustering_text(clustering))
+    if recommendation is None:
+        click.echo(f"\nSample to profile ({per_cluster} per cluster, seed {seed}):")
+        for label, ids in sample.items():
+            click.echo(f"  {clustering.cluster(label).name}: {' '.join(ids)}")
+        return
+    click.echo("")
+    click.echo(_recommendation_text(recommendation, command))
+
+
+def _read(path: Path) -> InputProfileFile:
+    try:
+        return read_input_profile(path)
+    except SourceError as error:
+        raise InputError(str(error)) from None
+
+
+def _resample_command(
+    recommendation: Recommendation,
+    baseline: Path,
+    update_file: InputProfileFile,
+    seed: int,
+    clustering_options: list[str],
+) -> str | None:
+    """The commands that profile a larger sample and decide again, when the vote is close."""
+    advice = recommendation.advice
+    if advice is None:
+        return None
+    larger = advice["per_cluster"]
+    pytest_args = shlex.join(update_file.command[1:]) if update_file.command else "<pytest args>"
+    common = shlex.join(
+        ["--baseline", str(baseline), *clustering_options, "--per-cluster", str(larger)]
+    )
+    return (
+        f"perfwatch recommend {common} --seed {seed} --sample-out sample.txt && "
+        f"perfwatch profile --only sample.txt -o update.json -- {pytest_args} && "
+        f"perfwatch recommend {common} --seed {seed} --update update.json"
+    )
+
+
+def _clustering_options(
+    method: str,
+    eps: float | None,
+    min_samples: int | None,
+    n_clusters: int | None,
+    attributes: tuple[str, ...],
+) -> list[str]:
+    """The options that reproduce this clustering (the defaults left out)."""
+    options = [] if method == "dbscan" else ["--method", method]
+    for name, value in (
+        ("--eps", eps),
+        ("--min-samples", min_samples),
+        ("--n-clusters", n_clusters),
+    ):
+        if value is not None:
+            options += [name, str(value)]
+    if attributes != CLUSTER_ATTRIBUTES:
+        options += ["--attributes", ",".join(attributes)]
+    return options
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _clustering_text(clustering: InputClustering) -> str:
+    parameters = ", ".join(f"{k} {_plain(v)}" for k, v in clustering.selection_.items())
+    lines = [
+        f"Clustering: {clustering.method} of {len(clustering.labels_)} inputs on "
+        f"{', '.join(clustering.attributes)} ({parameters})"
+    ]
+    for cluster in clustering.clusters_:
+        centre = ", ".join(f"{name} {_number(value)}" for name, value in cluster.centre.items())
+        lines.append(f"  {cluster.name:<11} {cluster.size:>6} inputs   centre: {centre}")
+    return "\n".join(lines)
+
+
+def _plain(value: Any) -> str:
+    return _number(value) if isinstance(value, float) else str(value)
+
+
+def _recommendation_text(recommendation: Recommendation, command: str | None) -> str:
+    verdict = "RUN" if recommendation.decision == "run" else "SKIP"
+    parameters = recommendation.parameters
+    drift = (
+        f"; drift {recommendation.drift:.3f} from the reference"
+        if recommendation.drift is not None
+        else ""
+    )
+    lines = [
+        f"Recommendation: {verdict} the full performance suite - {recommendation.run_votes} of "
+        f"{len(recommendation.votes)} sampled inputs vote run ({recommendation.run_share:.0%})",
+        f"  time: {parameters['time_attribute']}; acceptable slowdown "
+        f"{parameters['acceptable_slowdown']:.0%}; time tolerance "
+        f"{parameters['time_tolerance']:.0%}{drift}",
+        "",
+        recommendation.seed_table(),
+        "",
+        "Votes:",
+    ]
+    width = max(len(vote.input_id) for vote in recommendation.votes)
+    for vote in recommendation.votes:
+        lines.append(
+            f"  {vote.label:<5} {vote.input_id:<{width}}  {vote.decision:<4}  {vote.reason}"
+        )
+    if recommendation.outside_inputs:
+        lines.append(
+            f"Not judged (outside every cluster): {', '.join(recommendation.outside_inputs)}"
+        )
+    advice = recommendation.advice
+    if advice is not None:
+        lines += ["", f"Advice: {advice['message']}."]
+        if command is not None:
+            lines.append(f"  {command}")
+    return "\n".join(lines)
+
+
+def plot_clusters(
+    clustering: InputClustering,
+    path: Path,
+    x: str,
+    y: str,
+    recommendation: Recommendation | None = None,
+    judged: Sequence[InputProfile] = (),
+) -> None:
+    """Scatter the baseline inputs by cluster in two attributes; mark the judged inputs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 6))
+    colours = plt.get_cmap("tab10")
+    for index, cluster in enumerate(clustering.clusters_):
+        members = clustering.member_profiles(cluster.label)
+        noise = cluster.label == NOISE
+        axes.scatter(
+            [getattr(p, x) for p in members],
+            [getattr(p, y) for p in members],
+            s=14,
+            marker="x" if noise else "o",
+            color="grey" if noise else colours(index % 10),
+            alpha=0.7,
+            label=f"{cluster.name} ({cluster.size})",
+        )
+    if recommendation is not None:
+        by_id = {p.input_id: p for p in judged}
+        for vote in recommendation.votes:
+            profile = by_id[vote.input_id]
+            axes.scatter(
+                getattr(profile, x),
+                getattr(profile, y),
+                s=90,
+                facecolors="none",
+                edgecolors="red" if vote.run else "green",
+                linewidths=2,
+            )
+            axes.annotate(vote.label, (getattr(profile, x), getattr(profile, y)), fontsize=8)
+        axes.set_title(
+            f"{clustering.method}: recommendation {recommendation.decision} "
+            f"({recommendation.run_share:.0%} run; red = run vote, green = skip vote)"
+        )
+    else:
+        axes.set_title(f"{clustering.method} clusters of {len(clustering.labels_)} inputs")
+    axes.set_xlabel(x)
+    axes.set_ylabel(y)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -1,0 +1,209 @@
+"""`perfwatch watch`: follow the verdicts topic, one readable line per verdict."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import orjson
+import pulsar
+
+from perfwatch.config import Config, ConfigError, load_config
+from perfwatch.publishers.verdict_feed import (
+    KINDS,
+    VerdictFilter,
+    parse_since,
+    receive_messages,
+    verdict_line,
+)
+
+
+@dataclass(frozen=True)
+class VerdictSource:
+    """What `watch` and `forward` read: broker and topic, which verdicts, when to stop."""
+
+    config: Config
+    verdict_filter: VerdictFilter
+    from_earliest: bool
+    limit: int | None
+    idle_timeout_s: float | None
+
+    @property
+    def topic(self) -> str:
+        return self.config.topics.verdicts
+
+    @property
+    def initial_position(self) -> pulsar.InitialPosition:
+        if self.from_earliest:
+            return pulsar.InitialPosition.Earliest
+        return pulsar.InitialPosition.Latest
+
+
+def verdict_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the options shared by `watch` and `forward`; the command gets them as one
+    `source: VerdictSource` argument."""
+
+    @functools.wraps(command)
+    def with_source(
+        *,
+        pulsar_url: str | None,
+        config_path: str | None,
+        topic: str | None,
+        tests: tuple[str, ...],
+        kinds: tuple[str, ...],
+        regressions_only: bool,
+        since: str | None,
+        from_earliest: bool,
+        limit: int | None,
+        idle_timeout: float | None,
+        **options: Any,
+    ) -> Any:
+        try:
+            config = load_config(
+                config_path, overrides={"broker.url": pulsar_url, "topics.verdicts": topic}
+            )
+        except ConfigError as error:
+            raise click.UsageError(str(error)) from None
+        verdict_filter = _build_filter(tests, kinds, regressions_only, since)
+        source = VerdictSource(config, verdict_filter, from_earliest, limit, idle_timeout)
+        return command(source=source, **options)
+
+    shared_options = [
+        click.option(
+            "--pulsar-url", help="Pulsar service URL; default: configured, else embedded."
+        ),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False)),
+        click.option(
+            "--topic",
+            help="Verdicts topic [default: persistent://public/default/perfwatch-verdicts].",
+        ),
+        click.option("--test", "tests", multiple=True, metavar="GLOB", help="Only these tests."),
+        click.option(
+            "--kind",
+            "kinds",
+            multiple=True,
+            help=f"Only these kinds or families (change_point, ...): {', '.join(KINDS)}.",
+        ),
+        click.option("--regressions-only", is_flag=True, help="Only regressions."),
+        click.option(
+            "--since", help="Only verdicts emitted since: 2024-05-01T02:00:00Z, 2024-05-01 or 2h."
+        ),
+        click.option("--from-earliest", is_flag=True, help="Start at the oldest verdict kept."),
+        click.option("--limit", type=click.IntRange(min=1), help="Stop after N verdicts."),
+        click.option(
+            "--idle-timeout",
+            type=click.FloatRange(min=0),
+            help="Stop after this many seconds without a message.",
+        ),
+    ]
+    for option in reversed(shared_options):
+        with_source = option(with_source)
+    return with_source
+
+
+def _build_filter(
+    tests: tuple[str, ...], kinds: tuple[str, ...], regressions_only: bool, since: str | None
+) -> VerdictFilter:
+    families = {kind.partition(".")[0] for kind in KINDS}
+    for kind in kinds:
+        if kind not in KINDS and kind not in families:
+            raise click.BadParameter(
+                f"unknown kind {kind!r}; use one of {', '.join(KINDS)} or a family "
+                f"({', '.join(sorted(families))})",
+                param_hint="--kind",
+            )
+    try:
+        since_time = None if since is None else parse_since(since, datetime.now(UTC))
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--since") from None
+    return VerdictFilter(tests, kinds, regressions_only, since_time)
+
+
+@contextmanager
+def connected_client(config: Config) -> Iterator[pulsar.Client]:
+    """A client of the configured broker; broker failures become one-line errors."""
+    from perfwatch.stream.brokers import BrokerError, make_client, open_broker
+
+    where = config.broker.url or "the embedded broker"
+    try:
+        with open_broker(config.broker.url) as handle:
+            client = make_client(
+                handle,
+                auth_token=config.broker.auth_token,
+                tls_trust_certs_file=config.broker.tls_trust_certs,
+            )
+            try:
+                yield client
+            finally:
+                client.close()
+    except (BrokerError, pulsar.PulsarException) as error:
+        raise click.ClickException(f"{where}: {error}") from None
+
+
+def decode_verdict(message: pulsar.Message) -> dict[str, Any] | None:
+    """The message's verdict document, or None (with a warning) when it is not one."""
+    try:
+        verdict = orjson.loads(message.data())
+    except orjson.JSONDecodeError as error:
+        click.echo(f"warning: message {message.message_id()}: not JSON: {error}", err=True)
+        return None
+    if not isinstance(verdict, dict):
+        click.echo(f"warning: message {message.message_id()}: not a verdict object", err=True)
+        return None
+    return verdict
+
+
+@click.command("watch")
+@verdict_source_options
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: a coloured line per verdict; json: the verdict documents as they are.",
+)
+@click.option("--color/--no-color", default=None, help="Colour the lines [default: on a terminal].")
+def watch(source: VerdictSource, output_format: str, color: bool | None) -> None:
+    """Print verdicts as they are published: test, metric, change, p-value, commit, direction.
+
+    Starts at the latest verdict (--from-earliest replays what the broker kept)
+    on a subscription of its own, removed on exit.
+    """
+    stdout = sys.stdout.buffer
+    with connected_client(source.config) as client:
+        consumer = client.subscribe(
+            source.topic,
+            f"perfwatch-watch-{uuid.uuid4().hex[:12]}",
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=source.initial_position,
+        )
+        start = "oldest" if source.from_earliest else "next"
+        click.echo(f"watching {source.topic} from the {start} verdict", err=True)
+        shown = 0
+        try:
+            for message in receive_messages(consumer, idle_timeout_s=source.idle_timeout_s):
+                verdict = decode_verdict(message)
+                if verdict is not None and source.verdict_filter.accepts(verdict):
+                    if output_format == "json":
+                        stdout.write(message.data() + b"\n")
+                        stdout.flush()
+                    else:
+                        click.echo(verdict_line(verdict), color=color)
+                    shown += 1
+                consumer.acknowledge(message)
+                if source.limit is not None and shown >= source.limit:
+                    break
+        except KeyboardInterrupt:
+            pass
+        finally:
+            # The subscription was this command's alone: leave nothing behind on the broker.
+            with suppress(pulsar.PulsarException):
+                consumer.unsubscribe()

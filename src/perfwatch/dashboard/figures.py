@@ -1,0 +1,393 @@
+"""Plotly figure specifications (plain `{"data": [...], "layout": {...}}` dictionaries).
+
+Built on the server from the query results so that what a chart shows is
+decided — and tested — in Python; the page hands them to Plotly.js as they are.
+Values are plain lists (not typed arrays) so the numbers stay readable in the
+page and in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+STATUS_COLOURS = {
+    "regression": "#d62728",
+    "improvement": "#2ca02c",
+    "changed": "#ff7f0e",
+    "unknown": "#ff7f0e",
+    "stable": "#7f7f7f",
+}
+_SERIES_COLOUR = "#1f77b4"
+_PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
+    "#d62728",
+)
+_NOISE_COLOUR = "#b0b0b0"
+
+
+def direction_colour(direction: str) -> str:
+    return STATUS_COLOURS.get(direction, STATUS_COLOURS["changed"])
+
+
+def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+    # Title top left, legend in a row under it: neither covers the axis labels.
+    return {
+        "title": {"text": title, "x": 0, "xanchor": "left", "y": 0.98, "yanchor": "top"},
+        "xaxis": {"title": {"text": x_title}, "automargin": True, "zeroline": False},
+        "yaxis": {"title": {"text": y_title}, "automargin": True},
+        "hovermode": "closest",
+        "margin": {"l": 60, "r": 20, "t": 90, "b": 50},
+        "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
+        **extra,
+    }
+
+
+def short_commit(commit: str | None) -> str:
+    return commit[:10] if commit else ""
+
+
+def series_figure(detail: Mapping[str, Any]) -> dict[str, Any]:
+    """The metric over runs: points, mean ± stddev band per segment, change points marked.
+
+    Hover on a run shows its run id, commit and time; the x axis is the run's
+    position in the series (what change point indices refer to).
+    """
+    points = detail["points"]
+    indices = list(range(len(points)))
+    values = [p["value"] for p in points]
+    data: list[dict[str, Any]] = []
+    for i, segment in enumerate(detail["segments"]):
+        first, last = segment["start"], segment["stop"] - 1
+        low, high = segment["mean"] - segment["stddev"], segment["mean"] + segment["stddev"]
+        label = f"runs {first}–{last}: mean {segment['mean']:.6g} ± {segment['stddev']:.3g}"
+        data.append(
+            {
+                "type": "scatter",
+                "x": [first, last, last, first, first],
+                "y": [low, low, high, high, low],
+                "fill": "toself",
+                "fillcolor": "rgba(31,119,180,0.12)",
+                "line": {"width": 0},
+                "mode": "lines",
+                "hoverinfo": "skip",
+                "name": "mean ± stddev",
+                "legendgroup": "band",
+                "showlegend": i == 0,
+            }
+        )
+        data.append(
+            {
+                "type": "scatter",
+                "x": [first, last],
+                "y": [segment["mean"], segment["mean"]],
+                "mode": "lines",
+                "line": {"color": "#444", "dash": "dash", "width": 1.5},
+                "name": "segment mean",
+                "legendgroup": "mean",
+                "showlegend": i == 0,
+                "hovertemplate": label + "<extra></extra>",
+                "meta": {"role": "segment_mean", "start": first, "stop": last + 1},
+            }
+        )
+    data.append(
+        {
+            "type": "scatter",
+            "x": indices,
+            "y": values,
+            "mode": "lines+markers",
+            "name": detail["metric"],
+            "line": {"color": _SERIES_COLOUR, "width": 1},
+            "marker": {"size": 5, "color": _SERIES_COLOUR},
+            "customdata": [
+                [p["run_id"], short_commit(p["commit"]), p["time"] or ""] for p in points
+            ],
+            "hovertemplate": (
+                "run %{x}: %{y}<br>run id %{customdata[0]}<br>commit %{customdata[1]}"
+                "<br>%{customdata[2]}<extra></extra>"
+            ),
+            "meta": {"role": "runs"},
+        }
+    )
+    change_points = detail["change_point_list"]
+    if change_points:
+        data.append(
+            {
+                "type": "scatter",
+                "x": [cp["index"] for cp in change_points],
+                "y": [values[cp["index"]] for cp in change_points],
+                "mode": "markers",
+                "name": "change point",
+                "marker": {
+                    "symbol": "diamond",
+                    "size": 13,
+                    "color": [direction_colour(cp["direction"]) for cp in change_points],
+                    "line": {"color": "#000", "width": 1},
+                },
+                "customdata": [
+                    [
+                        cp["run_id"],
+                        short_commit(cp.get("commit")),
+                        cp["time"],
+                        cp["forward_change_percent"],
+                        cp["pvalue"],
+                        cp["mean_before"],
+                        cp["mean_after"],
+                        cp["direction"],
+                    ]
+                    for cp in change_points
+                ],
+                "hovertemplate": (
+                    "<b>%{customdata[7]}</b> at run %{x}: %{customdata[3]:+.2f}%<br>"
+                    "mean %{customdata[5]:.6g} → %{customdata[6]:.6g}, p=%{customdata[4]:.2g}"
+                    "<br>run id %{customdata[0]}<br>commit %{customdata[1]}<br>%{customdata[2]}"
+                    "<extra></extra>"
+                ),
+                "meta": {"role": "change_points"},
+            }
+        )
+    shapes = [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": cp["index"] - 0.5,
+            "x1": cp["index"] - 0.5,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": direction_colour(cp["direction"]), "width": 2},
+        }
+        for cp in change_points
+    ]
+    annotations = [
+        {
+            "x": cp["index"] - 0.5,
+            "y": 1,
+            "xref": "x",
+            "yref": "paper",
+            "yanchor": "bottom",
+            "showarrow": False,
+            "text": f"{cp['forward_change_percent']:+.1f}%",
+            "font": {"color": direction_colour(cp["direction"])},
+        }
+        for cp in change_points
+    ]
+    attributes = " ".join(f"{k}={v}" for k, v in detail["attributes"].items())
+    title = f"{detail['test']} · {detail['metric']}" + (f" [{attributes}]" if attributes else "")
+    return {
+        "data": data,
+        "layout": _layout(
+            title,
+            "run (position in the series)",
+            detail["metric"],
+            shapes=shapes,
+            annotations=annotations,
+        ),
+    }
+
+
+def _cluster_label(cluster: Mapping[str, Any]) -> str:
+    return f"#{cluster.get('cluster')}: {cluster.get('dependent')}"
+
+
+def counter_figures(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Prediction error per cluster against the threshold, and baseline vs target means.
+
+    `check` is a verdict's `counter_check` block. Errors are fractions in the
+    block and shown in percent. The second chart gives each dependent counter's
+    target mean as a percentage of its baseline mean (absolute means on hover).
+    """
+    clusters = [c for c in check.get("clusters", []) if c.get("error") is not None]
+    labels = [_cluster_label(c) for c in clusters]
+    threshold = check.get("threshold")
+    errors = {
+        "type": "bar",
+        "x": labels,
+        "y": [100 * c["error"] for c in clusters],
+        "marker": {
+            "color": [
+                STATUS_COLOURS["regression"] if c.get("flagged") else _SERIES_COLOUR
+                for c in clusters
+            ]
+        },
+        "customdata": [", ".join(c.get("members", [])) for c in clusters],
+        "hovertemplate": "%{x}<br>error %{y:.1f}%<br>counters: %{customdata}<extra></extra>",
+        "name": "prediction error",
+    }
+    error_shapes = []
+    if isinstance(threshold, int | float):
+        error_shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": 100 * threshold,
+                "y1": 100 * threshold,
+                "line": {"color": "#000", "dash": "dot"},
+            }
+        )
+    baseline_means = [c.get("baseline_mean") for c in clusters]
+    target_means = [c.get("target_mean") for c in clusters]
+    ratios = [
+        100 * t / b if isinstance(b, int | float) and isinstance(t, int | float) and b else None
+        for b, t in zip(baseline_means, target_means, strict=True)
+    ]
+    means = [
+        {
+            "type": "bar",
+            "name": "baseline",
+            "x": labels,
+            "y": [100.0 if r is not None else None for r in ratios],
+            "customdata": baseline_means,
+            "hovertemplate": "%{x}<br>baseline mean %{customdata:.6g}<extra></extra>",
+            "marker": {"color": "#9ecae1"},
+        },
+        {
+            "type": "bar",
+            "name": "target",
+            "x": labels,
+            "y": ratios,
+            "customdata": target_means,
+            "hovertemplate": "%{x}<br>target mean %{customdata:.6g} (%{y:.1f}% of baseline)"
+            "<extra></extra>",
+            "marker": {"color": "#fd8d3c"},
+        },
+    ]
+    return {
+        "errors": {
+            "data": [errors],
+            "layout": _layout(
+                "Prediction error of each cluster's model (dotted: threshold)",
+                "cluster: dependent counter",
+                "mean absolute percentage error (%)",
+                shapes=error_shapes,
+            ),
+        },
+        "means": {
+            "data": means,
+            "layout": _layout(
+                "Dependent counter: target mean as % of baseline mean",
+                "cluster: dependent counter",
+                "% of baseline mean",
+                barmode="group",
+            ),
+        },
+    }
+
+
+def inputs_figure(
+    profiles: Sequence[Mapping[str, Any]],
+    labels: Sequence[int],
+    votes: Sequence[Mapping[str, Any]],
+    x_attribute: str,
+    y_attribute: str,
+) -> dict[str, Any]:
+    """Inputs in two attributes coloured by cluster; sampled inputs marked with their vote.
+
+    `profiles` are the baseline input profiles, `labels` their cluster labels
+    (-1: noise), `votes` the recommendation's votes (by `input_id`).
+    """
+    data: list[dict[str, Any]] = []
+    for position, label in enumerate(sorted(set(labels))):
+        members = [p for p, lab in zip(profiles, labels, strict=True) if lab == label]
+        colour = _NOISE_COLOUR if label < 0 else _PALETTE[position % len(_PALETTE)]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "noise" if label < 0 else f"cluster {label}",
+                "x": [p[x_attribute] for p in members],
+                "y": [p[y_attribute] for p in members],
+                "text": [p["input_id"] for p in members],
+                "marker": {"color": colour, "size": 8, "opacity": 0.75},
+                "hovertemplate": f"%{{text}}<br>{x_attribute} %{{x:.4g}}<br>{y_attribute} "
+                "%{y:.4g}<extra>%{fullData.name}</extra>",
+                "meta": {"role": "cluster", "label": label},
+            }
+        )
+    by_id = {p["input_id"]: p for p in profiles}
+    for decision, symbol, colour in (("run", "x", "#d62728"), ("skip", "circle-open", "#2ca02c")):
+        sampled = [v for v in votes if v.get("decision") == decision and v.get("input_id") in by_id]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": f"sampled: {decision}",
+                "x": [by_id[v["input_id"]][x_attribute] for v in sampled],
+                "y": [by_id[v["input_id"]][y_attribute] for v in sampled],
+                "text": [f"{v['input_id']}: {v.get('reason', '')}" for v in sampled],
+                "marker": {"symbol": symbol, "size": 16, "color": colour, "line": {"width": 3}},
+                "hovertemplate": "%{text}<extra>vote " + decision + "</extra>",
+                "meta": {"role": "votes", "decision": decision},
+            }
+        )
+    return {
+        "data": data,
+        "layout": _layout(f"Inputs by {x_attribute} and {y_attribute}", x_attribute, y_attribute),
+    }
+
+
+def resources_figures(resources: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per-test time and memory over commits, and the suite's total time per commit."""
+
+    def lines(role: str) -> list[dict[str, Any]]:
+        traces = []
+        for line in resources[role]:
+            attributes = " ".join(f"{k}={v}" for k, v in line["attributes"].items())
+            name = line["test"] + (f" [{attributes}]" if attributes else "")
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "name": name,
+                    "x": [short_commit(p["commit"]) or p["run_id"] for p in line["points"]],
+                    "y": [p["value"] for p in line["points"]],
+                    "customdata": [[p["run_id"], p["time"] or ""] for p in line["points"]],
+                    "hovertemplate": "commit %{x}: %{y:.6g}<br>run id %{customdata[0]}"
+                    "<br>%{customdata[1]}<extra>" + name + "</extra>",
+                }
+            )
+        return traces
+
+    time_metric = resources.get("time_metric") or "time"
+    memory_metric = resources.get("memory_metric") or "memory"
+    category_axis = {"type": "category", "title": {"text": "commit"}, "automargin": True}
+
+    totals = resources["totals"]
+    return {
+        "time": {
+            "data": lines("time"),
+            "layout": _layout(f"Execution time per test ({time_metric})", "commit", time_metric)
+            | {"xaxis": category_axis},
+        },
+        "memory": {
+            "data": lines("memory"),
+            "layout": _layout(f"Memory per test ({memory_metric})", "commit", memory_metric)
+            | {"xaxis": category_axis},
+        },
+        "total": {
+            "data": [
+                {
+                    "type": "bar",
+                    "name": "suite total",
+                    "x": [short_commit(t["commit"]) for t in totals],
+                    "y": [t["total"] for t in totals],
+                    "customdata": [t["tests"] for t in totals],
+                    "hovertemplate": "commit %{x}: %{y:.6g} over %{customdata} test(s)"
+                    "<extra></extra>",
+                    "marker": {"color": _SERIES_COLOUR},
+                }
+            ],
+            "layout": _layout(f"Suite total ({time_metric})", "commit", time_metric)
+            | {"xaxis": category_axis},
+        },
+    }

@@ -1,0 +1,182 @@
+"""Live verdicts for the browsers: the verdicts topic and the state store, fanned out.
+
+Two sources feed one hub. A background thread consumes the verdicts topic and
+hands each verdict over at once; a poller reads the store's verdict history
+every few seconds, so the page stays live when the broker is unreachable and
+also shows verdicts committed but not yet published. The hub drops a verdict
+it has already sent (verdict ids are deterministic), and keeps one queue per
+connected browser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pulsar
+
+log = logging.getLogger("perfwatch.dashboard")
+
+# Verdict ids remembered to drop the second copy (topic and store both deliver).
+_REMEMBERED_IDS = 20_000
+# A browser that stops reading loses events beyond this many rather than growing memory.
+_CLIENT_QUEUE_SIZE = 1000
+
+
+class VerdictHub:
+    """Fan-out of verdict events to subscribers, usable from any thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queues: set[asyncio.Queue[dict[str, Any]]] = set()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(_CLIENT_QUEUE_SIZE)
+        self._queues.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
+        self._queues.discard(queue)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._queues)
+
+    def first_sighting(self, verdict_id: str) -> bool:
+        """True the first time a verdict id is offered (thread-safe)."""
+        with self._lock:
+            if verdict_id in self._seen:
+                return False
+            self._seen[verdict_id] = None
+            if len(self._seen) > _REMEMBERED_IDS:
+                self._seen.popitem(last=False)
+            return True
+
+    def publish(self, event: dict[str, Any]) -> None:
+        """Queue `event` for every subscriber; callable from any thread."""
+        self._loop.call_soon_threadsafe(self._deliver, event)
+
+    def _deliver(self, event: dict[str, Any]) -> None:
+        for queue in list(self._queues):
+            try:
+                queue.put_nowait(event)
+            except asyncio.QueueFull:
+                log.warning("a dashboard client is not reading; dropping a live event")
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """Where the verdicts topic is and how to authenticate.
+
+    `service_url` is a Pulsar URL, or a function asked before each connection
+    attempt that returns one or None (no broker yet), e.g. to find the embedded
+    broker a processor runs.
+    """
+
+    service_url: str | Callable[[], str | None]
+    topic: str
+    subscription: str
+    auth_token: str | None = None
+    tls_trust_certs: str | None = None
+    tls_allow_insecure: bool = False
+
+
+class TopicListener:
+    """Consume the verdicts topic in a thread; reconnect with back-off when the broker is away.
+
+    The subscription is Shared (the only kind the embedded broker delivers
+    reliably) and durable under a stable name, so a restarted dashboard resumes
+    instead of leaving a new backlog behind on every start.
+    """
+
+    def __init__(self, settings: TopicSettings, on_verdict: Callable[[bytes], None]) -> None:
+        self.settings = settings
+        self._on_verdict = on_verdict
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="verdicts-topic", daemon=True)
+        self.connected = threading.Event()
+        self.last_error: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        from perfwatch.stream.brokers import make_client
+
+        delay = 0.5
+        while not self._stop.is_set():
+            service_url = self._locate()
+            if service_url is None:
+                self.last_error = "no broker found yet"
+                self._stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            client = make_client(
+                service_url,
+                auth_token=self.settings.auth_token,
+                tls_trust_certs_file=self.settings.tls_trust_certs,
+                tls_allow_insecure=self.settings.tls_allow_insecure,
+                operation_timeout_seconds=10,
+            )
+            try:
+                consumer = client.subscribe(
+                    self.settings.topic,
+                    self.settings.subscription,
+                    consumer_type=pulsar.ConsumerType.Shared,
+                    initial_position=pulsar.InitialPosition.Latest,
+                )
+                self.connected.set()
+                self.last_error = None
+                delay = 0.5
+                log.info("following the verdicts topic", extra={"topic": self.settings.topic})
+                self._consume(consumer)
+                consumer.close()
+            except pulsar.PulsarException as err:
+                self.last_error = f"{type(err).__name__}: {err}"
+                log.warning(
+                    "verdicts topic unavailable; retrying (the store is still polled)",
+                    extra={"topic": self.settings.topic, "error": self.last_error},
+                )
+            finally:
+                self.connected.clear()
+                client.close()
+            self._stop.wait(delay)
+            delay = min(delay * 2, 30.0)
+
+    def _locate(self) -> str | None:
+        target = self.settings.service_url
+        return target if isinstance(target, str) else target()
+
+    def _consume(self, consumer: pulsar.Consumer) -> None:
+        while not self._stop.is_set():
+            try:
+                message = consumer.receive(timeout_millis=250)
+            except pulsar.Timeout:
+                continue
+            try:
+                self._on_verdict(message.data())
+            except Exception:
+                # A verdict the page cannot show must not stop the feed.
+                log.exception("a verdict from the topic could not be shown")
+            consumer.acknowledge(message)
+
+
+def decode_verdict(data: bytes) -> dict[str, Any] | None:
+    """The verdict document in a message, or None when it is not a JSON object."""
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return document if isinstance(document, dict) else None

@@ -1,0 +1,394 @@
+"""Read-side queries behind the dashboard, built on the state store's public interface.
+
+The processor writes; these functions only read, and return JSON-ready
+dictionaries so the web layer has nothing left to compute. A series' status is
+the direction of its latest change point (the one at the highest run index)
+among the change points the processor currently believes in: "regression",
+"improvement", "changed" (metric direction unknown) or "stable" (none).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
+from perfwatch.detectors.inputs import InputClustering
+from perfwatch.publishers.verdict_feed import summary_fields
+from perfwatch.records import InputProfile
+from perfwatch.store import OutboxEntry, Point, SeriesKey, StateStore
+
+COUNTER_KINDS = ("counter_regression.detected", "counter_check.passed")
+RECOMMENDATION_KIND = "recommendation"
+# Blob holding a test's full-suite input profiles (and, when known, their cluster labels).
+INPUT_BASELINE_NAMESPACE = "input-baseline"
+# Metric-name globs the per-test resource panels pick by default (first match wins).
+TIME_METRIC_GLOBS = (
+    "*cpu_time*",
+    "*wall_time*",
+    "*time*",
+    "*duration*",
+    "*latency*",
+    "*_ms",
+    "*_s",
+)
+MEMORY_METRIC_GLOBS = ("*peak_memory*", "*memory*", "*rss*", "*_bytes", "*_mb")
+
+
+def status_of(change_points: Sequence[Mapping[str, Any]]) -> str:
+    """The series' status from its current change points (see the module docstring)."""
+    if not change_points:
+        return "stable"
+    latest = max(change_points, key=lambda cp: int(cp["index"]))
+    direction = latest.get("direction")
+    return direction if direction in ("regression", "improvement") else "changed"
+
+
+def parse_series_key(text: str) -> SeriesKey:
+    """A series key from its canonical text (as it appears in URLs); ValueError if malformed."""
+    try:
+        key = SeriesKey.from_canonical(text)
+    except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
+        raise ValueError(
+            f"series key {text!r}: expected the canonical form "
+            '["test", "metric", {"attribute": "value"}]'
+        ) from None
+    if not isinstance(key.test, str) or not isinstance(key.metric, str):
+        raise ValueError(f"series key {text!r}: test and metric must be strings")
+    return key
+
+
+def _point_dict(point: Point) -> dict[str, Any]:
+    return {
+        "run_id": point.run_id,
+        "value": point.value,
+        "commit": point.commit,
+        "time": point.time,
+        "timestamp": point.timestamp,
+    }
+
+
+def series_summary(store: StateStore, key: SeriesKey) -> dict[str, Any]:
+    """One row of the overview: identity, size, latest run and status."""
+    points = store.series_points(key)
+    change_points = store.published_change_points(key)
+    latest_change = max(change_points, key=lambda cp: int(cp["index"])) if change_points else None
+    latest = points[-1] if points else None
+    return {
+        "key": key.canonical,
+        "test": key.test,
+        "metric": key.metric,
+        "attributes": dict(key.attributes),
+        "runs": len(points),
+        "latest": None if latest is None else _point_dict(latest),
+        "status": status_of(change_points),
+        "change_points": len(change_points),
+        "latest_change": latest_change,
+    }
+
+
+def list_series(store: StateStore) -> list[dict[str, Any]]:
+    """Every series with its status, in key order."""
+    return [series_summary(store, key) for key in store.series_keys()]
+
+
+def decode_document(entry: OutboxEntry) -> dict[str, Any]:
+    document = orjson.loads(entry.document)
+    return document if isinstance(document, dict) else {}
+
+
+def feed_item(entry: OutboxEntry) -> dict[str, Any]:
+    """A verdict as the feed shows it: the stored document and its one-line facts."""
+    document = decode_document(entry)
+    return {
+        "seq": entry.seq,
+        "verdict_id": entry.verdict_id,
+        "kind": entry.kind,
+        "series_key": entry.series_key or None,
+        "published": entry.published_at is not None,
+        "facts": summary_fields(document),
+        "verdict": document,
+    }
+
+
+def document_item(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A feed item for a verdict known only as a document (e.g. read from the topic)."""
+    series = document.get("series")
+    series_key = None
+    if isinstance(series, Mapping) and isinstance(series.get("metric"), str):
+        attributes = series.get("attributes")
+        key = SeriesKey.of(
+            str(series.get("test")),
+            series["metric"],
+            attributes if isinstance(attributes, Mapping) else {},
+        )
+        series_key = key.canonical
+    return {
+        "seq": None,
+        "verdict_id": str(document.get("verdict_id", "")),
+        "kind": str(document.get("kind", "")),
+        "series_key": series_key,
+        "published": True,
+        "facts": summary_fields(document),
+        "verdict": dict(document),
+    }
+
+
+def verdict_feed(
+    store: StateStore,
+    *,
+    limit: int = 100,
+    before_seq: int | None = None,
+    series_key: SeriesKey | None = None,
+    kinds: Iterable[str] = (),
+    test_glob: str | None = None,
+) -> list[dict[str, Any]]:
+    """Verdicts newest first; page with `before_seq` (the smallest seq already shown)."""
+    wanted_kinds = set(kinds)
+    items: list[dict[str, Any]] = []
+    for entry in reversed(list(store.verdicts(series_key=series_key))):
+        if before_seq is not None and entry.seq >= before_seq:
+            continue
+        if wanted_kinds and entry.kind not in wanted_kinds:
+            continue
+        item = feed_item(entry)
+        if test_glob and not fnmatch.fnmatchcase(item["facts"]["test"], test_glob):
+            continue
+        items.append(item)
+        if len(items) >= limit:
+            break
+    return items
+
+
+def latest_seq(store: StateStore) -> int:
+    """The highest verdict sequence number so far (0 for an empty store)."""
+    seqs = [entry.seq for entry in store.verdicts()]
+    return max(seqs, default=0)
+
+
+def verdicts_after(store: StateStore, seq: int) -> list[OutboxEntry]:
+    """Verdicts committed after `seq`, oldest first."""
+    return [entry for entry in store.verdicts() if entry.seq > seq]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Runs [start, stop) between two change points and their statistics."""
+
+    start: int
+    stop: int
+    mean: float
+    stddev: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "stop": self.stop, "mean": self.mean, "stddev": self.stddev}
+
+
+def segments(values: Sequence[float], change_indices: Sequence[int]) -> list[Segment]:
+    """Split `values` at the change points (each index starts a segment)."""
+    bounds = [0, *sorted(i for i in change_indices if 0 < i < len(values)), len(values)]
+    result = []
+    for start, stop in itertools.pairwise(bounds):
+        if stop > start:
+            chunk = np.asarray(values[start:stop], dtype=np.float64)
+            result.append(Segment(start, stop, float(chunk.mean()), float(chunk.std())))
+    return result
+
+
+def series_detail(store: StateStore, key: SeriesKey) -> dict[str, Any] | None:
+    """Points, change points, segment statistics and verdict history of one series."""
+    points = store.series_points(key)
+    if not points:
+        return None
+    change_points = sorted(store.published_change_points(key), key=lambda cp: int(cp["index"]))
+    values = [point.value for point in points]
+    return {
+        **series_summary(store, key),
+        "points": [_point_dict(point) for point in points],
+        "change_point_list": change_points,
+        "segments": [s.to_dict() for s in segments(values, [cp["index"] for cp in change_points])],
+        "verdicts": verdict_feed(store, series_key=key, limit=10_000),
+    }
+
+
+def pick_metric(metrics: Iterable[str], globs: Sequence[str]) -> str | None:
+    """The first metric (sorted) matching the earliest glob of `globs`."""
+    names = sorted(set(metrics))
+    for glob in globs:
+        for name in names:
+            if fnmatch.fnmatchcase(name.lower(), glob):
+                return name
+    return None
+
+
+def resources_over_commits(
+    store: StateStore, time_metric: str | None = None, memory_metric: str | None = None
+) -> dict[str, Any]:
+    """Per-test execution time and memory over commits (the seed's dashboard panels).
+
+    Without explicit metrics, the first time-like and memory-like metric names
+    are used. Each test contributes one line per metric: its runs in time order,
+    labelled by commit. `totals` sums the time metric over tests per commit.
+    """
+    keys = store.series_keys()
+    metrics = sorted({key.metric for key in keys})
+    time_metric = time_metric or pick_metric(metrics, TIME_METRIC_GLOBS)
+    memory_metric = memory_metric or pick_metric(
+        [m for m in metrics if m != time_metric], MEMORY_METRIC_GLOBS
+    )
+    lines: dict[str, list[dict[str, Any]]] = {"time": [], "memory": []}
+    for role, metric in (("time", time_metric), ("memory", memory_metric)):
+        if metric is None:
+            continue
+        for key in keys:
+            if key.metric != metric:
+                continue
+            points = store.series_points(key)
+            lines[role].append(
+                {
+                    "key": key.canonical,
+                    "test": key.test,
+                    "attributes": dict(key.attributes),
+                    "points": [_point_dict(point) for point in points],
+                }
+            )
+    return {
+        "metrics": metrics,
+        "time_metric": time_metric,
+        "memory_metric": memory_metric,
+        "time": lines["time"],
+        "memory": lines["memory"],
+        "totals": _totals_by_commit(lines["time"]),
+    }
+
+
+def _totals_by_commit(lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Sum of each commit's values over tests, commits ordered by their earliest run."""
+    totals: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        for point in line["points"]:
+            commit = point["commit"] or point["run_id"]
+            entry = totals.setdefault(
+                commit,
+                {"commit": commit, "total": 0.0, "tests": 0, "timestamp": point["timestamp"]},
+            )
+            entry["total"] += point["value"]
+            entry["tests"] += 1
+            entry["timestamp"] = min(entry["timestamp"], point["timestamp"])
+    return sorted(totals.values(), key=lambda entry: entry["timestamp"])
+
+
+def counter_checks(store: StateStore, test: str | None = None) -> list[dict[str, Any]]:
+    """Counter-check verdicts (regressions and passes), newest first, optionally of one test."""
+    items = []
+    for entry in reversed(list(store.verdicts())):
+        if entry.kind not in COUNTER_KINDS:
+            continue
+        item = feed_item(entry)
+        if test is None or item["facts"]["test"] == test:
+            items.append(item)
+    return items
+
+
+def recommendations(store: StateStore, test: str | None = None) -> list[dict[str, Any]]:
+    """Run-or-skip verdicts, newest first, optionally of one test."""
+    items = []
+    for entry in reversed(list(store.verdicts(kind=RECOMMENDATION_KIND))):
+        item = feed_item(entry)
+        if test is None or item["facts"]["test"] == test:
+            items.append(item)
+    return items
+
+
+def baseline_inputs(store: StateStore, test: str) -> tuple[list[dict[str, Any]], list[int]]:
+    """A test's baseline input profiles and their cluster labels (empty when none is stored).
+
+    The blob is `{"profiles": [...], "labels": {input_id: label}, "method": ...}`;
+    without labels the inputs are clustered here with the stored method
+    (default DBSCAN), which is deterministic.
+    """
+    blob = store.get_blob(INPUT_BASELINE_NAMESPACE, test)
+    if blob is None:
+        return [], []
+    document = orjson.loads(blob)
+    profiles = [InputProfile(**profile) for profile in document.get("profiles", [])]
+    if not profiles:
+        return [], []
+    labels = document.get("labels")
+    if not isinstance(labels, dict):
+        clustering = InputClustering(document.get("method", "dbscan")).fit(profiles)
+        labels = clustering.labels_
+    rows = [{name: getattr(p, name) for name in ("input_id", *INPUT_ATTRIBUTES)} for p in profiles]
+    return rows, [int(labels.get(p.input_id, -1)) for p in profiles]
+
+
+def _vote_rows(recommendation: Mapping[str, Any]) -> list[dict[str, Any]]:
+    votes = recommendation.get("votes")
+    return [v for v in votes if isinstance(v, dict)] if isinstance(votes, list) else []
+
+
+def inputs_view(
+    store: StateStore,
+    *,
+    test: str | None = None,
+    verdict_id: str | None = None,
+    x_attribute: str | None = None,
+    y_attribute: str | None = None,
+) -> dict[str, Any]:
+    """The run-or-skip inspection: baseline inputs by cluster, one update's votes.
+
+    LookupError when the verdict id is unknown, ValueError for an unknown attribute.
+    """
+    for name in (x_attribute, y_attribute):
+        if name is not None and name not in INPUT_ATTRIBUTES:
+            known = ", ".join(INPUT_ATTRIBUTES)
+            raise ValueError(f"unknown attribute {name!r}; use one of {known}")
+    every = recommendations(store)
+    tests = sorted({item["facts"]["test"] for item in every})
+    if test is None and tests:
+        test = every[0]["facts"]["test"]
+    candidates = [item for item in every if item["facts"]["test"] == test]
+    selected = None
+    if verdict_id is not None:
+        selected = next((item for item in candidates if item["verdict_id"] == verdict_id), None)
+        if selected is None:
+            raise LookupError(f"no run-or-skip verdict {verdict_id!r} for test {test!r}")
+    elif candidates:
+        selected = candidates[0]
+    x_attribute = x_attribute or "statements"
+    y_attribute = y_attribute or "cpu_time_s"
+    view: dict[str, Any] = {
+        "tests": tests,
+        "test": test,
+        "attributes": list(INPUT_ATTRIBUTES),
+        "x": x_attribute,
+        "y": y_attribute,
+        "recommendations": [
+            {k: item[k] for k in ("seq", "verdict_id", "kind", "facts")} for item in candidates
+        ],
+        "selected": selected,
+        "votes": [],
+        "profiles": [],
+        "labels": [],
+        "clusters": [],
+    }
+    if selected is None or test is None:
+        return view
+    recommendation = selected["verdict"].get("recommendation") or {}
+    profiles, labels = baseline_inputs(store, test)
+    view["votes"] = _vote_rows(recommendation)
+    view["profiles"] = profiles
+    view["labels"] = labels
+    members: dict[int, list[str]] = {}
+    for profile, label in zip(profiles, labels, strict=True):
+        members.setdefault(label, []).append(profile["input_id"])
+    view["clusters"] = [
+        {"label": label, "members": sorted(ids)} for label, ids in sorted(members.items())
+    ]
+    return view

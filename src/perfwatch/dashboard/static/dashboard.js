@@ -1,0 +1,553 @@
+// perfwatch dashboard: fetches /api/... and follows /events (server-sent events).
+// Data from the store (test names, run ids, commits) is inserted as text, never as HTML.
+"use strict";
+
+const PLOT_CONFIG = { responsive: true, displaylogo: false };
+
+function $(id) {
+  return document.getElementById(id);
+}
+
+async function getJSON(url) {
+  const response = await fetch(url, { headers: { Accept: "application/json" } });
+  if (!response.ok) {
+    const text = await response.text();
+    throw new Error(`${url}: HTTP ${response.status} ${text}`);
+  }
+  return response.json();
+}
+
+function showError(error) {
+  const box = $("page-error");
+  box.textContent = String(error.message || error);
+  box.hidden = false;
+}
+
+function cell(row, text, className) {
+  const td = document.createElement("td");
+  td.textContent = text === null || text === undefined ? "" : String(text);
+  if (className) td.className = className;
+  row.appendChild(td);
+  return td;
+}
+
+function linkCell(row, text, href) {
+  const td = document.createElement("td");
+  const a = document.createElement("a");
+  a.href = href;
+  a.textContent = text;
+  td.appendChild(a);
+  row.appendChild(td);
+  return td;
+}
+
+function badge(row, status) {
+  const td = cell(row, "");
+  const span = document.createElement("span");
+  span.className = `badge badge-${status}`;
+  span.textContent = status;
+  td.appendChild(span);
+  return td;
+}
+
+function number(value, digits = 6) {
+  if (value === null || value === undefined || Number.isNaN(value)) return "";
+  return Number(value).toPrecision(digits).replace(/\.?0+(e|$)/, "$1");
+}
+
+function percent(value) {
+  if (value === null || value === undefined) return "";
+  return `${value >= 0 ? "+" : ""}${Number(value).toFixed(1)}%`;
+}
+
+function attributesText(attributes) {
+  return Object.entries(attributes || {})
+    .map(([k, v]) => `${k}=${v}`)
+    .join(" ");
+}
+
+function seriesHref(key) {
+  return `/series?key=${encodeURIComponent(key)}`;
+}
+
+function plot(id, figure) {
+  return Plotly.react($(id), figure.data, figure.layout, PLOT_CONFIG);
+}
+
+function fillSelect(select, values, selected, labelOf) {
+  select.replaceChildren();
+  for (const value of values) {
+    const option = document.createElement("option");
+    option.value = value;
+    option.textContent = labelOf ? labelOf(value) : value;
+    option.selected = value === selected;
+    select.appendChild(option);
+  }
+}
+
+function setQuery(params) {
+  const url = new URL(window.location.href);
+  for (const [name, value] of Object.entries(params)) {
+    if (value) url.searchParams.set(name, value);
+    else url.searchParams.delete(name);
+  }
+  window.history.replaceState(null, "", url);
+}
+
+// Each select writes its value into `choice` (clearing the choices `resets` names
+// for it), mirrors the choices in the URL and reloads the view.
+function bindChoices(choice, selects, load, resets = {}) {
+  for (const [id, name] of Object.entries(selects)) {
+    $(id).addEventListener("change", (e) => {
+      choice[name] = e.target.value;
+      for (const cleared of resets[name] || []) choice[cleared] = "";
+      setQuery(choice);
+      load().catch(showError);
+    });
+  }
+}
+
+// --- live updates ------------------------------------------------------------------------
+
+const liveHandlers = [];
+
+function onVerdict(handler) {
+  liveHandlers.push(handler);
+}
+
+function followEvents() {
+  const status = $("live-status");
+  const source = new EventSource("/events");
+  source.addEventListener("hello", () => {
+    status.textContent = "live";
+    status.className = "live live-on";
+  });
+  source.addEventListener("verdict", (message) => {
+    const event = JSON.parse(message.data);
+    for (const handler of liveHandlers) handler(event);
+  });
+  source.onerror = () => {
+    status.textContent = "reconnecting…";
+    status.className = "live live-connecting";
+  };
+}
+
+// --- sortable, searchable tables -----------------------------------------------------------
+
+function makeSortable(table, onSort) {
+  for (const th of table.querySelectorAll("th[data-sort]")) {
+    th.tabIndex = 0;
+    const activate = () => {
+      const ascending = th.dataset.order !== "asc";
+      for (const other of table.querySelectorAll("th[data-sort]")) delete other.dataset.order;
+      th.dataset.order = ascending ? "asc" : "desc";
+      onSort(th.dataset.sort, th.dataset.type === "number", ascending);
+    };
+    th.addEventListener("click", activate);
+    th.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") activate();
+    });
+  }
+}
+
+function compare(a, b, numeric) {
+  if (numeric) {
+    const x = a === null || a === undefined ? -Infinity : a;
+    const y = b === null || b === undefined ? -Infinity : b;
+    return x - y;
+  }
+  return String(a ?? "").localeCompare(String(b ?? ""));
+}
+
+// --- overview ----------------------------------------------------------------------------
+
+const STATUS_RANK = { regression: 0, changed: 1, improvement: 2, stable: 3 };
+
+function sortValue(summary, column) {
+  switch (column) {
+    case "status":
+      return STATUS_RANK[summary.status] ?? 9;
+    case "attributes":
+      return attributesText(summary.attributes);
+    case "latest":
+      return summary.latest ? summary.latest.value : null;
+    case "change":
+      return summary.latest_change ? summary.latest_change.forward_change_percent : null;
+    case "time":
+      return summary.latest ? summary.latest.timestamp : null;
+    default:
+      return summary[column];
+  }
+}
+
+function searchText(summary) {
+  return [summary.status, summary.test, summary.metric, attributesText(summary.attributes)]
+    .join(" ")
+    .toLowerCase();
+}
+
+async function initOverview() {
+  const series = new Map();
+  let sortColumn = "status";
+  let sortNumeric = false;
+  let ascending = true;
+  const tbody = $("series-table").querySelector("tbody");
+
+  function renderSeries(highlightKey) {
+    const needle = $("series-search").value.trim().toLowerCase();
+    const rows = [...series.values()].filter((s) => !needle || searchText(s).includes(needle));
+    rows.sort((a, b) => {
+      const order = compare(sortValue(a, sortColumn), sortValue(b, sortColumn), sortNumeric);
+      const tie = compare(a.key, b.key, false);
+      return (ascending ? order : -order) || tie;
+    });
+    tbody.replaceChildren();
+    for (const s of rows) {
+      const tr = document.createElement("tr");
+      tr.dataset.key = s.key;
+      tr.dataset.status = s.status;
+      if (s.key === highlightKey) tr.classList.add("fresh");
+      badge(tr, s.status);
+      linkCell(tr, s.test, seriesHref(s.key));
+      linkCell(tr, s.metric, seriesHref(s.key));
+      cell(tr, attributesText(s.attributes));
+      cell(tr, s.runs, "num");
+      cell(tr, s.latest ? number(s.latest.value) : "", "num");
+      cell(tr, s.latest_change ? percent(s.latest_change.forward_change_percent) : "", "num");
+      cell(tr, s.latest ? s.latest.time || "" : "");
+      tbody.appendChild(tr);
+    }
+    $("series-count").textContent = `${rows.length} of ${series.size} series`;
+  }
+
+  makeSortable($("series-table"), (column, numeric, asc) => {
+    sortColumn = column;
+    sortNumeric = numeric;
+    ascending = asc;
+    renderSeries();
+  });
+  $("series-search").addEventListener("input", () => renderSeries());
+
+  const feed = $("verdict-table").querySelector("tbody");
+  let oldestSeq = null;
+
+  function verdictRow(item) {
+    const f = item.facts;
+    const tr = document.createElement("tr");
+    tr.dataset.verdictId = item.verdict_id;
+    tr.dataset.kind = item.kind;
+    cell(tr, f.emitted_at);
+    const label = cell(tr, f.label);
+    label.className = `label label-${f.label.toLowerCase()}`;
+    if (item.series_key) linkCell(tr, f.test, seriesHref(item.series_key));
+    else cell(tr, f.test);
+    cell(tr, f.metric);
+    cell(tr, f.change, "num");
+    cell(tr, f.pvalue, "num");
+    cell(tr, f.commit, "mono");
+    cell(tr, f.kind, "muted");
+    tr.title = f.summary;
+    return tr;
+  }
+
+  function filterFeed() {
+    const needle = $("verdict-search").value.trim().toLowerCase();
+    for (const tr of feed.children) {
+      tr.hidden = needle !== "" && !tr.textContent.toLowerCase().includes(needle);
+    }
+  }
+  $("verdict-search").addEventListener("input", filterFeed);
+
+  async function loadVerdicts() {
+    const query = oldestSeq === null ? "" : `&before=${oldestSeq}`;
+    const { verdicts } = await getJSON(`/api/verdicts?limit=100${query}`);
+    for (const item of verdicts) {
+      if (feed.querySelector(`tr[data-verdict-id="${item.verdict_id}"]`)) continue;
+      feed.appendChild(verdictRow(item));
+      oldestSeq = item.seq;
+    }
+    $("verdict-more").hidden = verdicts.length < 100;
+    filterFeed();
+  }
+  $("verdict-more").addEventListener("click", () => loadVerdicts().catch(showError));
+
+  onVerdict((event) => {
+    if (!feed.querySelector(`tr[data-verdict-id="${event.item.verdict_id}"]`)) {
+      const tr = verdictRow(event.item);
+      tr.classList.add("fresh");
+      feed.prepend(tr);
+      filterFeed();
+    }
+    if (event.series) {
+      series.set(event.series.key, event.series);
+      renderSeries(event.series.key);
+    }
+  });
+
+  const { series: list } = await getJSON("/api/series");
+  for (const s of list) series.set(s.key, s);
+  renderSeries();
+  await loadVerdicts();
+}
+
+// --- series view ---------------------------------------------------------------------------
+
+async function initSeries() {
+  const key = new URLSearchParams(window.location.search).get("key");
+  if (!key) throw new Error("no series selected: open a series from the overview");
+
+  async function load() {
+    const { series, figure } = await getJSON(`/api/series/detail?key=${encodeURIComponent(key)}`);
+    $("page-heading").textContent = `${series.test} · ${series.metric}`;
+    const attributes = attributesText(series.attributes);
+    const facts = $("series-facts");
+    facts.replaceChildren();
+    const status = document.createElement("span");
+    status.className = `badge badge-${series.status}`;
+    status.textContent = series.status;
+    facts.append(
+      status,
+      ` ${series.runs} runs · ${series.change_points} change point(s)` +
+        (attributes ? ` · ${attributes}` : ""),
+    );
+    await plot("series-chart", figure);
+
+    const cps = $("changepoint-table").querySelector("tbody");
+    cps.replaceChildren();
+    for (const cp of series.change_point_list) {
+      const tr = document.createElement("tr");
+      tr.dataset.index = cp.index;
+      cell(tr, cp.index, "num");
+      cell(tr, cp.run_id);
+      cell(tr, (cp.commit || "").slice(0, 10), "mono");
+      cell(tr, cp.time);
+      cell(tr, cp.direction, `label label-${cp.direction}`);
+      cell(tr, percent(cp.forward_change_percent), "num");
+      cell(tr, number(cp.mean_before), "num");
+      cell(tr, number(cp.mean_after), "num");
+      cell(tr, Number(cp.pvalue).toPrecision(2), "num");
+      cps.appendChild(tr);
+    }
+
+    const segments = $("segment-table").querySelector("tbody");
+    segments.replaceChildren();
+    for (const s of series.segments) {
+      const tr = document.createElement("tr");
+      cell(tr, `${s.start}–${s.stop - 1}`);
+      cell(tr, number(s.mean), "num");
+      cell(tr, number(s.stddev, 3), "num");
+      segments.appendChild(tr);
+    }
+
+    const history = $("history-table").querySelector("tbody");
+    history.replaceChildren();
+    for (const item of series.verdicts) {
+      const f = item.facts;
+      const tr = document.createElement("tr");
+      tr.dataset.verdictId = item.verdict_id;
+      cell(tr, f.emitted_at);
+      cell(tr, f.label, `label label-${f.label.toLowerCase()}`);
+      cell(tr, f.kind, "muted");
+      cell(tr, f.change, "num");
+      cell(tr, f.pvalue, "num");
+      cell(tr, f.commit, "mono");
+      cell(tr, f.run_id);
+      history.appendChild(tr);
+    }
+  }
+
+  onVerdict((event) => {
+    if (event.item.series_key === key) load().catch(showError);
+  });
+  await load();
+}
+
+// --- counter-check view ------------------------------------------------------------------
+
+async function initCounters() {
+  const params = new URLSearchParams(window.location.search);
+  const choice = { test: params.get("test") || "", verdict: params.get("verdict") || "" };
+
+  async function load() {
+    const query = new URLSearchParams(Object.entries(choice).filter(([, v]) => v));
+    const data = await getJSON(`/api/counters?${query}`);
+    const all = choice.test ? (await getJSON("/api/counters")).checks : data.checks;
+    const tests = [...new Set(all.map((c) => c.facts.test))].sort();
+    fillSelect($("counter-test"), ["", ...tests], choice.test, (t) => t || "all tests");
+    fillSelect(
+      $("counter-verdict"),
+      data.checks.map((c) => c.verdict_id),
+      data.selected ? data.selected.verdict_id : "",
+      (id) => {
+        const c = data.checks.find((x) => x.verdict_id === id);
+        return `${c.facts.test} · run ${c.facts.run_id} · ${c.facts.label} (${c.facts.emitted_at})`;
+      },
+    );
+    const facts = $("counter-facts");
+    const tbody = $("cluster-table").querySelector("tbody");
+    tbody.replaceChildren();
+    $("counter-errors").closest("section").hidden = !data.selected;
+    if (!data.selected) {
+      facts.textContent = "No counter-check verdicts yet.";
+      return;
+    }
+    const check = data.selected.verdict.counter_check;
+    const f = data.selected.facts;
+    facts.textContent =
+      `${f.label}: ${f.test}, run ${f.run_id} — threshold ${number(100 * check.threshold, 3)}%` +
+      ` (${check.threshold_source || "fixed"}), largest error ` +
+      `${check.max_error === null || check.max_error === undefined ? "n/a" : number(100 * check.max_error, 4) + "%"}` +
+      (check.look_first && check.look_first.length ? `; look first at ${check.look_first.join(", ")}` : "");
+    await plot("counter-errors", data.figures.errors);
+    await plot("counter-means", data.figures.means);
+    for (const c of check.clusters) {
+      const tr = document.createElement("tr");
+      tr.dataset.cluster = c.cluster;
+      if (c.flagged) tr.classList.add("flagged");
+      cell(tr, c.cluster, "num");
+      cell(tr, (c.members || []).join(", "));
+      cell(tr, c.dependent);
+      cell(tr, c.model);
+      cell(tr, c.error === null ? "" : `${(100 * c.error).toFixed(1)}%`, "num");
+      cell(tr, c.flagged ? "yes" : "no");
+      cell(tr, number(c.baseline_mean), "num");
+      cell(tr, number(c.target_mean), "num");
+      cell(
+        tr,
+        Object.entries(c.coefficients || {})
+          .map(([name, value]) => `${name}: ${number(value, 4)}`)
+          .join(", "),
+      );
+      tbody.appendChild(tr);
+    }
+  }
+
+  bindChoices(choice, { "counter-test": "test", "counter-verdict": "verdict" }, load, {
+    test: ["verdict"],
+  });
+  onVerdict((event) => {
+    if (event.item.kind.startsWith("counter_") && !choice.verdict) load().catch(showError);
+  });
+  await load();
+}
+
+// --- run-or-skip view ----------------------------------------------------------------------
+
+async function initInputs() {
+  const params = new URLSearchParams(window.location.search);
+  const choice = {
+    test: params.get("test") || "",
+    verdict: params.get("verdict") || "",
+    x: params.get("x") || "",
+    y: params.get("y") || "",
+  };
+
+  async function load() {
+    const query = new URLSearchParams(Object.entries(choice).filter(([, v]) => v));
+    const data = await getJSON(`/api/inputs?${query}`);
+    fillSelect($("inputs-test"), data.tests, data.test);
+    fillSelect(
+      $("inputs-verdict"),
+      data.recommendations.map((r) => r.verdict_id),
+      data.selected ? data.selected.verdict_id : "",
+      (id) => {
+        const r = data.recommendations.find((x) => x.verdict_id === id);
+        return `run ${r.facts.run_id} · ${r.facts.label} (${r.facts.emitted_at})`;
+      },
+    );
+    fillSelect($("inputs-x"), data.attributes, data.x);
+    fillSelect($("inputs-y"), data.attributes, data.y);
+    const facts = $("inputs-facts");
+    const votes = $("vote-table").querySelector("tbody");
+    const clusters = $("input-cluster-table").querySelector("tbody");
+    votes.replaceChildren();
+    clusters.replaceChildren();
+    $("inputs-chart").closest("section").hidden = !data.selected;
+    if (!data.selected) {
+      facts.textContent = "No run-or-skip recommendations yet.";
+      return;
+    }
+    const advice = data.selected.verdict.recommendation;
+    facts.textContent =
+      `${advice.decision.toUpperCase()}: ${Math.round(100 * advice.run_share)}% of ` +
+      `${data.votes.length} sampled inputs vote run` +
+      (advice.advice ? ` — ${advice.advice.message}` : "");
+    await plot("inputs-chart", data.figure);
+    for (const v of data.votes) {
+      const tr = document.createElement("tr");
+      tr.dataset.input = v.input_id;
+      tr.dataset.decision = v.decision;
+      cell(tr, v.input_id);
+      cell(tr, v.label);
+      cell(tr, v.group, "num");
+      cell(tr, v.decision, `label label-${v.decision}`);
+      cell(tr, String(v.time_check));
+      cell(tr, v.gradient_check === null ? "not needed" : String(v.gradient_check));
+      cell(tr, v.reason);
+      votes.appendChild(tr);
+    }
+    for (const c of data.clusters) {
+      const tr = document.createElement("tr");
+      cell(tr, c.label < 0 ? "noise" : c.label, "num");
+      cell(tr, c.members.length, "num");
+      cell(tr, c.members.join(", "));
+      clusters.appendChild(tr);
+    }
+  }
+
+  bindChoices(
+    choice,
+    { "inputs-test": "test", "inputs-verdict": "verdict", "inputs-x": "x", "inputs-y": "y" },
+    load,
+    { test: ["verdict"] },
+  );
+  onVerdict((event) => {
+    if (event.item.kind === "recommendation" && !choice.verdict) load().catch(showError);
+  });
+  await load();
+}
+
+// --- time and memory per test --------------------------------------------------------------
+
+async function initResources() {
+  const params = new URLSearchParams(window.location.search);
+  const choice = { time_metric: params.get("time_metric") || "", memory_metric: params.get("memory_metric") || "" };
+
+  async function load() {
+    const query = new URLSearchParams(Object.entries(choice).filter(([, v]) => v));
+    const data = await getJSON(`/api/resources?${query}`);
+    fillSelect($("time-metric"), data.metrics, data.time_metric);
+    fillSelect($("memory-metric"), data.metrics, data.memory_metric);
+    await plot("time-chart", data.figures.time);
+    await plot("memory-chart", data.figures.memory);
+    await plot("total-chart", data.figures.total);
+  }
+  bindChoices(choice, { "time-metric": "time_metric", "memory-metric": "memory_metric" }, load);
+  onVerdict(() => load().catch(showError));
+  await load();
+}
+
+// --- start ---------------------------------------------------------------------------------
+
+const PAGES = {
+  overview: initOverview,
+  series: initSeries,
+  counters: initCounters,
+  inputs: initInputs,
+  resources: initResources,
+};
+
+document.addEventListener("DOMContentLoaded", () => {
+  const page = document.body.dataset.page;
+  const nav = document.querySelector(`nav a[data-nav="${page}"]`);
+  if (nav) nav.classList.add("active");
+  followEvents();
+  PAGES[page]()
+    .then(() => {
+      document.body.dataset.ready = "true";
+    })
+    .catch((error) => {
+      document.body.dataset.ready = "error";
+      showError(error);
+    });
+});

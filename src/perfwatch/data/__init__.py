@@ -1,0 +1,1 @@
+"""Data bundled with perfwatch: the demo's generated history."""

@@ -1,0 +1,1321 @@
+"""Clustered-counter regression check (Shang et al., ICPE 2015; DESIGN.md §3.2).
+
+A run's performance counters are compared with a baseline of good runs of the same test:
+
+1. reduce the counters (zero variance, redundancy analysis),
+2. measure a Pearson-correlation distance between counters,
+3. cluster them (average linkage, dendrogram cut where Calinski-Harabasz peaks),
+4. per cluster, pick the dependent counter whose baseline and target distributions
+   differ most (two-sample Kolmogorov-Smirnov) and fit an OLS model of it on the
+   cluster's other counters using the baseline,
+5. predict the target with each model; a cluster whose mean absolute percentage error
+   exceeds the threshold flags a regression.
+
+Real counter data breaks a literal reading of those steps (docs/counters.md): warm-up and
+cool-down dominate the variance, identity counters (a PID) and counters whose level
+differs from run to run always look "most different", exact identities make distances
+zero, the redundancy analysis can remove every counter of a resource, lone counters get
+intercept-only "models" and near-zero samples blow up a percentage. Each remedy is a
+named constructor option with its reason; ``CounterRegressionCheck.seed_literal()`` turns
+them all off.
+
+Structure (reduction, clusters) is learnt from the baseline alone in ``fit`` so a
+regression cannot reshape the clusters meant to detect it, and one fit serves many
+targets. Everything is deterministic: counters are processed in name order, no RNG.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import statsmodels.api as sm
+from scipy.cluster.hierarchy import linkage
+from scipy.ndimage import median_filter
+from scipy.spatial.distance import squareform
+from scipy.stats import ks_2samp
+from sklearn.covariance import ledoit_wolf_shrinkage
+
+Distance = Literal["1-|rho|", "1-rho"]
+SingletonRule = Literal["merge", "intercept", "skip"]
+SteadyState = Literal["auto", "off"]
+DependentSelection = Literal["largest_excess", "beyond_baseline", "ks"]
+
+# Why a counter left the analysis (RemovedCounter.reason).
+MISSING_IN_BASELINE_RUN = "missing_in_baseline_run"
+MISSING_IN_TARGET = "missing_in_target"
+NOT_IN_BASELINE = "not_in_baseline"
+MOSTLY_MISSING = "mostly_missing"
+ZERO_VARIANCE = "zero_variance"
+CONSTANT_IN_BASELINE = "constant_in_baseline"
+CONSTANT_PER_RUN = "constant_per_run"
+CLOCK = "clock"
+IDENTITY = "identity"
+REDUNDANT = "redundant"
+
+# Ridge that keeps a correlation matrix with exact identities invertible; it moves an
+# R^2 by about this much, far below any threshold.
+_MIN_RIDGE = 1e-9
+# Below this many observations a run is too short to look for warm-up in.
+_MIN_OBSERVATIONS = 20
+# Normal-consistency factor of the median absolute deviation.
+_MAD_TO_SIGMA = 1.4826
+# Columns per chunk in the vectorized KS statistic (bounds the sort's memory).
+_KS_CHUNK = 256
+# A counter whose R^2 on the sample index is at least this in every run is a clock.
+_CLOCK_R2 = 0.9999
+
+
+@dataclass(frozen=True)
+class CounterSamples:
+    """Counter samples of one run: ``values[observation, counter]``, NaN where missing."""
+
+    names: list[str]
+    values: np.ndarray
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        values = np.asarray(self.values, dtype=np.float64)
+        if values.ndim != 2:
+            raise ValueError(f"{self._who}: values must be observations x counters (2-D)")
+        if values.shape[1] != len(self.names):
+            raise ValueError(
+                f"{self._who}: {len(self.names)} names but {values.shape[1]} counter columns"
+            )
+        if len(set(self.names)) != len(self.names):
+            seen: set[str] = set()
+            duplicates = sorted({n for n in self.names if n in seen or seen.add(n)})
+            raise ValueError(f"{self._who}: duplicate counter names {duplicates}")
+        if np.isinf(values).any():
+            row, column = np.argwhere(np.isinf(values))[0]
+            raise ValueError(
+                f"{self._who}: infinite value at observation {row + 1}, "
+                f"counter {self.names[column]!r}"
+            )
+        object.__setattr__(self, "names", list(self.names))
+        object.__setattr__(self, "values", values)
+
+    @property
+    def _who(self) -> str:
+        return self.label or "counter samples"
+
+    def column(self, name: str) -> np.ndarray:
+        return self.values[:, self.names.index(name)]
+
+
+@dataclass(frozen=True)
+class RemovedCounter:
+    """A counter left out of the models, why, and (for identities and redundancy) its R^2
+    and the counters that explain it most (standardized coefficients)."""
+
+    counter: str
+    reason: str
+    detail: str
+    r_squared: float | None = None
+    explained_by: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "counter": self.counter,
+            "reason": self.reason,
+            "detail": self.detail,
+            "r_squared": _json_float(self.r_squared),
+            "explained_by": {name: _json_float(v) for name, v in self.explained_by.items()},
+        }
+
+
+@dataclass(frozen=True)
+class ClusterResult:
+    """One cluster's model and how well it predicts the target."""
+
+    cluster: int
+    members: list[str]  # every counter of the cluster
+    redundant_members: list[str]  # may be the dependent, never a predictor
+    dependent: str
+    ks_statistic: float
+    ks_pvalue: float
+    baseline_ks_statistic: float  # largest KS statistic between good runs (0: one run)
+    # "ols": dependent on the other members; "intercept": the baseline mean (a lone counter
+    # under singletons="intercept"); "none": not modelled (lone counter under "skip").
+    model: Literal["ols", "intercept", "none"]
+    intercept: float | None
+    coefficients: dict[str, float]
+    r_squared: float | None
+    error: float | None  # mean absolute percentage error on the target
+    good_run_error: float | None  # the same model's mean error on held-out good runs
+    excess_error: float | None  # what is compared with the threshold
+    flagged: bool
+    baseline_mean: float
+    target_mean: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "members": self.members,
+            "redundant_members": self.redundant_members,
+            "dependent": self.dependent,
+            "ks_statistic": _json_float(self.ks_statistic),
+            "ks_pvalue": _json_float(self.ks_pvalue),
+            "baseline_ks_statistic": _json_float(self.baseline_ks_statistic),
+            "model": self.model,
+            "intercept": _json_float(self.intercept),
+            "coefficients": {name: _json_float(v) for name, v in self.coefficients.items()},
+            "r_squared": _json_float(self.r_squared),
+            "error": _json_float(self.error),
+            "good_run_error": _json_float(self.good_run_error),
+            "excess_error": _json_float(self.excess_error),
+            "flagged": self.flagged,
+            "baseline_mean": _json_float(self.baseline_mean),
+            "target_mean": _json_float(self.target_mean),
+        }
+
+
+@dataclass(frozen=True)
+class CounterCheckResult:
+    """Everything a person needs to act on one target run."""
+
+    regression: bool
+    threshold: float
+    threshold_source: Literal["fixed", "calibrated"]
+    clusters: list[ClusterResult]  # largest excess error first; unmodelled clusters last
+    removed: list[RemovedCounter]
+    look_first: list[str]
+    baseline_runs: int
+    baseline_observations: int
+    target_observations: int
+    target_window: tuple[int, int]  # steady-state [start, end) of the target's samples
+    target_label: str
+    parameters: dict[str, Any]
+
+    @property
+    def max_error(self) -> float | None:
+        """The largest prediction error of any cluster (the seed's per-run figure)."""
+        errors = [c.error for c in self.clusters if c.error is not None]
+        return max(errors) if errors else None
+
+    @property
+    def max_excess_error(self) -> float | None:
+        """The largest error compared with the threshold."""
+        errors = [c.excess_error for c in self.clusters if c.excess_error is not None]
+        return max(errors) if errors else None
+
+    @property
+    def flagged_clusters(self) -> list[ClusterResult]:
+        return [c for c in self.clusters if c.flagged]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, stable key order (the ``counter_check`` block of a verdict)."""
+        return {
+            "regression": self.regression,
+            "threshold": self.threshold,
+            "threshold_source": self.threshold_source,
+            "max_error": _json_float(self.max_error),
+            "max_excess_error": _json_float(self.max_excess_error),
+            "look_first": self.look_first,
+            "clusters": [c.to_dict() for c in self.clusters],
+            "removed": [r.to_dict() for r in self.removed],
+            "baseline": {
+                "runs": self.baseline_runs,
+                "observations": self.baseline_observations,
+            },
+            "target": {
+                "label": self.target_label,
+                "observations": self.target_observations,
+                "steady_state": list(self.target_window),
+            },
+            "parameters": self.parameters,
+        }
+
+
+# --- the steps, as pure functions over arrays ---------------------------------------------
+
+
+def fill_missing(values: np.ndarray) -> np.ndarray:
+    """Fill NaN samples by linear interpolation in time within the column (nearest value
+    at the ends). A column with no sample at all stays NaN."""
+    filled = np.array(values, dtype=np.float64, copy=True)
+    positions = np.arange(filled.shape[0])
+    for column in np.flatnonzero(np.isnan(filled).any(axis=0)):
+        observed = ~np.isnan(filled[:, column])
+        if observed.any():
+            filled[:, column] = np.interp(positions, positions[observed], filled[observed, column])
+    return filled
+
+
+def steady_state_window(
+    values: np.ndarray, *, z_limit: float = 2.0, max_trim_fraction: float = 0.25
+) -> tuple[int, int]:
+    """The [start, end) range of a run's observations after warm-up and before cool-down.
+
+    Each counter is scored by its distance from the median of the run's middle half, in
+    robust standard deviations (MAD); an observation belongs to the steady state when the
+    typical (median over counters) score, smoothed by a running median, is at most
+    ``z_limit``. Ramps move most load counters at once, so they stand out, while a few
+    drifting or bursty counters do not. At most ``max_trim_fraction`` of the run is cut at
+    each end. ``values`` must have no NaN (see fill_missing).
+    """
+    n = values.shape[0]
+    if n < _MIN_OBSERVATIONS:
+        return 0, n
+    middle = values[n // 4 : n - n // 4]
+    centre = np.median(middle, axis=0)
+    spread = np.median(np.abs(middle - centre), axis=0) * _MAD_TO_SIGMA
+    usable = spread > 0
+    if not usable.any():
+        return 0, n
+    scores = np.abs(values[:, usable] - centre[usable]) / spread[usable]
+    typical = np.median(scores, axis=1)
+    width = max(3, n // 50) | 1
+    smoothed = median_filter(typical, size=width, mode="nearest")
+    steady = np.flatnonzero(smoothed <= z_limit)
+    limit = int(max_trim_fraction * n)
+    if steady.size == 0:
+        return limit, n - limit
+    return min(int(steady[0]), limit), max(int(steady[-1]) + 1, n - limit)
+
+
+def correlation_matrix(values: np.ndarray) -> np.ndarray:
+    """Pearson correlation between the columns (none may be constant)."""
+    standardized = _standardize(values)
+    corr = standardized.T @ standardized / values.shape[0]
+    np.fill_diagonal(corr, 1.0)
+    return np.clip(corr, -1.0, 1.0)
+
+
+def shrink_correlation(correlation: np.ndarray, amount: float) -> np.ndarray:
+    """(1 - amount) C + amount I: the correlation matrix shrunk towards the identity."""
+    shrunk = (1.0 - amount) * correlation
+    shrunk[np.diag_indices_from(shrunk)] = 1.0
+    return shrunk
+
+
+@dataclass(frozen=True)
+class RedundancyStep:
+    """One removal of the redundancy analysis: the counter index (into the matrix given),
+    its R^2 on the counters still present, and its standardized regression coefficients
+    on them (index -> beta)."""
+
+    index: int
+    r_squared: float
+    coefficients: dict[int, float]
+
+
+def redundancy_analysis(
+    correlation: np.ndarray,
+    r2_threshold: float,
+    *,
+    observations: int | None = None,
+    keep: Iterable[int] = (),
+    block: int = 64,
+) -> list[RedundancyStep]:
+    """Repeatedly remove the counter with the highest R^2 on all the others while that R^2
+    exceeds ``r2_threshold``; counters in ``keep`` are never removed. With
+    ``observations`` the R^2 is adjusted for the number of predictors (n observations,
+    p predictors: 1 - (1 - R^2)(n - 1)/(n - p - 1)).
+
+    R^2_i = 1 - 1/(C^-1)_ii for a correlation matrix C, and removing counter j turns the
+    inverse of C into that of C without row and column j by a rank-one downdate,
+    P - P[:, j] P[j, :] / P_jj. The downdates are accumulated and applied in blocks (one
+    matrix product per ``block`` removals), so thousands of counters cost a few matrix
+    products instead of a regression per counter per removal. Ties go to the lower index.
+    """
+    size = correlation.shape[0]
+    inverse = np.linalg.inv(correlation)
+    inverse = (inverse + inverse.T) / 2
+    diagonal = np.diag(inverse).copy()
+    rows = np.arange(size)  # original index of each row of `inverse`, compacted as we go
+    present = np.ones(size, dtype=bool)
+    removable = np.ones(size, dtype=bool)
+    removable[list(keep)] = False
+    pending = np.empty((size, block))
+    pending_scale = np.empty(block)
+    pending_count = 0
+    steps: list[RedundancyStep] = []
+    while True:
+        candidates = np.flatnonzero(present & removable)
+        remaining = int(present.sum())
+        if candidates.size == 0 or remaining < 2:
+            return steps
+        r2 = 1.0 - 1.0 / diagonal[candidates]
+        if observations is not None:
+            predictors = remaining - 1
+            if observations - predictors - 1 <= 0:
+                raise ValueError(
+                    f"adjusted R^2 needs more observations ({observations}) than counters "
+                    f"({remaining})"
+                )
+            r2 = 1.0 - (1.0 - r2) * (observations - 1) / (observations - predictors - 1)
+        best = int(np.argmax(r2))
+        if r2[best] <= r2_threshold:
+            return steps
+        victim = int(candidates[best])
+        # the victim's current inverse column: stored column minus the pending downdates
+        column = inverse[:, victim] - pending[:, :pending_count] @ (
+            pending[victim, :pending_count] * pending_scale[:pending_count]
+        )
+        pivot = column[victim]
+        others = np.flatnonzero(present)
+        others = others[others != victim]
+        steps.append(
+            RedundancyStep(
+                index=int(rows[victim]),
+                r_squared=float(r2[best]),
+                coefficients={int(rows[i]): float(-column[i] / pivot) for i in others},
+            )
+        )
+        pending[:, pending_count] = column
+        pending_scale[pending_count] = 1.0 / pivot
+        pending_count += 1
+        diagonal -= column**2 / pivot
+        present[victim] = False
+        if pending_count == block:
+            inverse -= (pending * pending_scale) @ pending.T
+            pending_count = 0
+            if present.sum() < 0.75 * present.size:
+                # drop removed rows and columns so later products get cheaper
+                alive = np.flatnonzero(present)
+                inverse = inverse[np.ix_(alive, alive)]
+                diagonal, rows, removable = diagonal[alive], rows[alive], removable[alive]
+                present = np.ones(alive.size, dtype=bool)
+                pending = np.empty((alive.size, block))
+
+
+def correlation_distance(correlation: np.ndarray, kind: Distance = "1-|rho|") -> np.ndarray:
+    """Pearson distance between counters: 1 - |rho| (inversely correlated counters are
+    close) or 1 - rho."""
+    if kind == "1-|rho|":
+        distance = 1.0 - np.abs(correlation)
+    elif kind == "1-rho":
+        distance = 1.0 - correlation
+    else:
+        raise ValueError(f"distance must be '1-|rho|' or '1-rho', not {kind!r}")
+    distance = np.clip((distance + distance.T) / 2, 0.0, None)
+    np.fill_diagonal(distance, 0.0)
+    return distance
+
+
+def calinski_harabasz_by_cut(merges: np.ndarray) -> np.ndarray:
+    """Calinski-Harabasz index of every cut of an average-linkage dendrogram.
+
+    ``merges`` is scipy's linkage matrix over n counters; entry k of the result is the
+    index of the cut into k clusters (NaN for k < 2 and k = n, where it is undefined).
+    The distances are treated as squared Euclidean distances, which 1 - rho is up to a
+    factor 2 (between counters standardized to unit length); the within-cluster sum of
+    squares of a cluster C is then sum_{i<j in C} d_ij / |C|. An average-linkage merge
+    height is the mean distance between the two clusters merged, so each merge updates
+    the within sums in O(1) and all n cuts cost O(n).
+    """
+    n = merges.shape[0] + 1
+    pair_sum = np.zeros(2 * n - 1)  # sum over unordered pairs inside each dendrogram node
+    count = np.ones(2 * n - 1)
+    within = 0.0  # within-cluster sum of squares of the current cut
+    within_by_k = np.full(n + 1, np.nan)
+    within_by_k[n] = 0.0
+    for step, (left, right, height, size) in enumerate(merges):
+        left, right, node = int(left), int(right), n + step
+        count[node] = size
+        pair_sum[node] = pair_sum[left] + pair_sum[right] + height * count[left] * count[right]
+        within += (
+            pair_sum[node] / count[node]
+            - pair_sum[left] / count[left]
+            - pair_sum[right] / count[right]
+        )
+        within_by_k[n - step - 1] = within
+    total = within_by_k[1]
+    scores = np.full(n + 1, np.nan)
+    for k in range(2, n):
+        between = max(total - within_by_k[k], 0.0)
+        if within_by_k[k] <= 0.0:
+            scores[k] = math.inf if between > 0 else math.nan
+        else:
+            scores[k] = (between / (k - 1)) / (within_by_k[k] / (n - k))
+    return scores
+
+
+def cut_dendrogram(merges: np.ndarray, clusters: int) -> np.ndarray:
+    """Cluster label (0..clusters-1, in order of first member) of each of the n leaves
+    after the first n - clusters merges."""
+    n = merges.shape[0] + 1
+    groups: dict[int, list[int]] = {leaf: [leaf] for leaf in range(n)}
+    for step in range(n - clusters):
+        left, right = int(merges[step, 0]), int(merges[step, 1])
+        groups[n + step] = groups.pop(left) + groups.pop(right)
+    labels = np.empty(n, dtype=int)
+    for label, members in enumerate(sorted(groups.values(), key=min)):
+        labels[members] = label
+    return labels
+
+
+def cluster_counters(distance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Average-linkage clustering cut where Calinski-Harabasz peaks: (labels, CH by k).
+    Two counters or fewer form one cluster (the index needs 2 <= k < n)."""
+    n = distance.shape[0]
+    if n <= 2:
+        return np.zeros(n, dtype=int), np.full(n + 1, np.nan)
+    merges = linkage(squareform(distance, checks=False), method="average")
+    scores = calinski_harabasz_by_cut(merges)
+    if np.isnan(scores).all():
+        return np.zeros(n, dtype=int), scores
+    return cut_dendrogram(merges, int(np.nanargmax(scores))), scores
+
+
+def merge_singletons(labels: np.ndarray, distance: np.ndarray) -> np.ndarray:
+    """Continue the average-linkage agglomeration for lone counters only: while a cluster
+    of one is left (and more than one cluster), merge the closest pair of clusters (mean
+    distance) of which at least one is a lone counter. Labels renumbered in order of first
+    member."""
+    groups = [list(np.flatnonzero(labels == label)) for label in range(labels.max() + 1)]
+    while len(groups) > 1 and any(len(g) == 1 for g in groups):
+        best: tuple[float, int, int] | None = None
+        for i, lone in enumerate(groups):
+            if len(lone) != 1:
+                continue
+            for j, other in enumerate(groups):
+                if j != i:
+                    key = (float(distance[lone[0], other].mean()), min(i, j), max(i, j))
+                    if best is None or key < best:
+                        best = key
+        assert best is not None
+        _, i, j = best
+        groups[i] = sorted(groups[i] + groups[j])
+        del groups[j]
+    merged = np.empty_like(labels)
+    for label, members in enumerate(sorted(groups, key=min)):
+        merged[members] = label
+    return merged
+
+
+def ks_statistics(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Two-sample Kolmogorov-Smirnov statistic of every column, NaN samples left out
+    (equal to scipy.stats.ks_2samp(...).statistic column by column)."""
+    result = np.empty(first.shape[1])
+    for start in range(0, first.shape[1], _KS_CHUNK):
+        chunk = slice(start, start + _KS_CHUNK)
+        both = np.vstack([first[:, chunk], second[:, chunk]])
+        order = np.argsort(both, axis=0, kind="stable")
+        ordered = np.take_along_axis(both, order, axis=0)
+        observed = ~np.isnan(ordered)
+        from_first = (order < first.shape[0]) & observed
+        from_second = (order >= first.shape[0]) & observed
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gap = np.cumsum(from_first, axis=0) / from_first.sum(axis=0) - np.cumsum(
+                from_second, axis=0
+            ) / from_second.sum(axis=0)
+        # the empirical CDFs are compared after the last of equal values
+        last_of_ties = np.ones(ordered.shape, dtype=bool)
+        last_of_ties[:-1] = ordered[1:] != ordered[:-1]
+        result[chunk] = np.nanmax(np.where(last_of_ties, np.abs(gap), 0.0), axis=0)
+    return result
+
+
+def select_dependent(
+    baseline: np.ndarray, target: np.ndarray, baseline_spread: np.ndarray | None = None
+) -> tuple[int, float]:
+    """The column whose baseline and target samples differ most: the largest two-sample
+    Kolmogorov-Smirnov statistic, minus ``baseline_spread`` (per column) when given.
+    Returns (column, KS statistic).
+
+    With equal sample sizes the largest statistic is the smallest KS p-value (the
+    seed's rule); the statistic is compared because p-values underflow to 0 on long runs.
+    Ties go to the first column.
+    """
+    statistics = ks_statistics(baseline, target)
+    scores = statistics - (0.0 if baseline_spread is None else baseline_spread)
+    column = int(np.argmax(scores))
+    return column, float(statistics[column])
+
+
+def block_means(values: np.ndarray, window: int) -> np.ndarray:
+    """Means of consecutive blocks of ``window`` rows (the last block may be shorter),
+    NaN samples left out; NaN for a block with no sample. 1-D or 2-D input."""
+    if window <= 1:
+        return np.asarray(values, dtype=np.float64)
+    starts = np.arange(0, values.shape[0], window)
+    present = ~np.isnan(values)
+    totals = np.add.reduceat(np.where(present, values, 0.0), starts, axis=0)
+    counts = np.add.reduceat(present, starts, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, totals / counts, np.nan)
+
+
+def percentage_error(actual: np.ndarray, predicted: np.ndarray, floor: float) -> float:
+    """Mean absolute percentage error, each denominator max(|actual|, floor).
+
+    NaN in ``actual`` marks a value that was not observed: left out. With ``floor`` > 0 a
+    value near zero is measured against the floor instead of dividing by (almost)
+    nothing. With ``floor`` = 0 values equal to zero are left out. NaN when nothing is
+    left.
+    """
+    scored = ~np.isnan(actual)
+    actual, predicted = actual[scored], predicted[scored]
+    magnitude = np.abs(actual)
+    if floor <= 0:
+        scored = magnitude > 0
+        actual, predicted, magnitude = actual[scored], predicted[scored], magnitude[scored]
+    if actual.size == 0:
+        return math.nan
+    return float(np.mean(np.abs(actual - predicted) / np.maximum(magnitude, floor)))
+
+
+# --- the detector ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PreparedRun:
+    """One run's counters aligned to names, cut to steady state and averaged over blocks:
+    ``values`` filled, ``observed`` False for a block with no real sample (left out of
+    KS tests and errors). ``window`` is the steady-state range of the raw samples."""
+
+    values: np.ndarray
+    observed: np.ndarray
+    window: tuple[int, int]
+    samples: np.ndarray  # the raw steady-state samples, filled
+
+    def observed_values(self) -> np.ndarray:
+        return np.where(self.observed, self.values, np.nan)
+
+
+@dataclass(frozen=True)
+class _Cluster:
+    members: list[str]  # predictors and dependents
+    redundant: list[str]  # dependents only
+
+
+class CounterRegressionCheck:
+    """Clustered-counter regression check: ``fit(baseline_runs).check(target)``.
+
+    The seed's parameters:
+
+    threshold: a cluster whose prediction error exceeds it flags a regression (0.30, the
+        seed's example); ``calibrate`` replaces it with one learnt from good runs.
+    redundancy_r2: redundancy analysis threshold (0.9); None turns the analysis off.
+    distance: "1-|rho|" (default) or "1-rho".
+
+    The deviations, each with its reason (``seed_literal()`` turns them all off):
+
+    steady_state: "auto" cuts each run's warm-up and cool-down first (see
+        ``steady_state_window``), because a ramp dominates every load counter's variance
+        and makes them all predict each other; "off" keeps every sample.
+        steady_state_z and max_trim_fraction tune it.
+    drop_run_identities: drop counters that identify a run rather than measure it:
+        constant within every baseline run but different between runs (a process id),
+        or a clock (R^2 on the sample index of at least 0.9999 in every baseline run:
+        elapsed time, uptime). The KS test would always pick a process id as "most
+        different", and a clock "predicted" from trending counters measures their trend.
+    identity_r2: before the redundancy analysis, remove exact and near-exact linear
+        identities (sums and copies such as % Processor = % User + % Privileged): counters
+        whose adjusted R^2 on the others, without shrinkage, is at least this. They make
+        distances zero (an infinite Calinski-Harabasz index) and a model of a sum on its
+        parts predicts it perfectly whatever regresses. Skipped when there are not more
+        observations than counters. None: off.
+    shrinkage: the redundancy analysis works on the correlation matrix shrunk towards the
+        identity, (1 - s) C + s I. As counters approach the number of observations every
+        plain R^2 tends to 1 by overfitting alone (the seed's system had thousands of
+        counters), and shrinkage keeps the analysis meaningful. None (default): the
+        Ledoit-Wolf estimate of s when there are at most twice as many observations as
+        counters, else the plain R^2 adjusted for the number of counters (Ledoit-Wolf
+        over-shrinks when bursty counters give heavy tails); 0: always plain R^2.
+    redundant_dependents: a counter removed by the redundancy analysis is still a
+        candidate dependent of the cluster it is closest to (never a predictor), unless
+        one kept counter alone explains it (pairwise R^2 above redundancy_r2: a
+        duplicate). The analysis removes counters that other counters predict well, which
+        are the best dependents there are: on steady-state data it can remove every CPU
+        counter because load counters predict CPU, and a CPU regression then goes unseen.
+    dependent_selection: "beyond_baseline" (default) picks the counter whose KS statistic
+        against the target most exceeds the largest KS statistic between one good run and
+        the others: counters whose level differs from good run to good run (handles,
+        threads, virtual bytes) otherwise always look "most different" and hide the
+        counter a regression moved. "ks": the largest KS statistic (smallest p-value).
+    singletons: what a cluster of one counter gets. "merge" (default) continues the
+        average-linkage agglomeration for lone counters until none is left, so each is
+        modelled with the counters it is closest to; "intercept" is the literal
+        intercept-only model (the baseline mean), which measures the counter's own drift
+        rather than a broken relationship; "skip" reports it unmodelled.
+    error_floor: the denominator of each percentage error is at least this fraction of
+        the dependent counter's mean absolute baseline value, so samples near zero (an
+        idle second, a burst counter between bursts) cannot blow the error up; and a
+        counter whose baseline median is below the floor (zero most of the time: pages/sec,
+        queue lengths) is not a dependent while its cluster has another candidate, as a
+        percentage of a counter that is usually zero means nothing. 0: samples equal to
+        zero are left out instead (otherwise the seed's plain MAPE).
+    block: the analysis runs on the means of consecutive blocks of this many samples
+        (after steady-state trimming), as if the counters had been sampled that much less
+        often; 1 is the seed's sample-by-sample analysis. Bursty counters (page faults at
+        each garbage collection) are unpredictable sample by sample and follow the load
+        only over a block, where the number of collections does.
+    subtract_good_run_error: compare with the threshold the error in excess of the same
+        model's mean error on good runs it was not fitted on (each baseline run left out
+        in turn), not the raw error: "larger than usual modelling errors" in the seed's
+        words. A model of a noisy counter misses good runs by 15% as well; its 20% on the
+        target is no regression, while 20% from a model that misses good runs by 1% is.
+    calibration_margin: a calibrated threshold is the largest excess error of any good
+        run checked against the others, plus this many (absolute) points.
+    max_missing_fraction: a counter missing in more than this share of a run's samples is
+        left out; the remaining gaps are filled by linear interpolation in time for the
+        models (KS tests and errors use only blocks with a real sample).
+    look_first: how many counters the result names to look at first.
+    """
+
+    def __init__(
+        self,
+        *,
+        threshold: float = 0.30,
+        redundancy_r2: float | None = 0.9,
+        distance: Distance = "1-|rho|",
+        steady_state: SteadyState = "auto",
+        steady_state_z: float = 2.0,
+        max_trim_fraction: float = 0.25,
+        drop_run_identities: bool = True,
+        identity_r2: float | None = 0.999,
+        shrinkage: float | None = None,
+        redundant_dependents: bool = True,
+        dependent_selection: DependentSelection = "largest_excess",
+        singletons: SingletonRule = "merge",
+        error_floor: float = 0.1,
+        block: int = 10,
+        subtract_good_run_error: bool = True,
+        calibration_margin: float = 0.05,
+        max_missing_fraction: float = 0.5,
+        look_first: int = 5,
+    ) -> None:
+        self.threshold = threshold
+        self.redundancy_r2 = redundancy_r2
+        self.distance = distance
+        self.steady_state = steady_state
+        self.steady_state_z = steady_state_z
+        self.max_trim_fraction = max_trim_fraction
+        self.drop_run_identities = drop_run_identities
+        self.identity_r2 = identity_r2
+        self.shrinkage = shrinkage
+        self.redundant_dependents = redundant_dependents
+        self.dependent_selection = dependent_selection
+        self.singletons = singletons
+        self.error_floor = error_floor
+        self.block = block
+        self.subtract_good_run_error = subtract_good_run_error
+        self.calibration_margin = calibration_margin
+        self.max_missing_fraction = max_missing_fraction
+        self.look_first = look_first
+        self.calibration_: dict[str, Any] | None = None
+
+    @classmethod
+    def seed_literal(cls, **overrides: Any) -> CounterRegressionCheck:
+        """The seed's steps with every deviation turned off (for comparison)."""
+        params: dict[str, Any] = {
+            "steady_state": "off",
+            "drop_run_identities": False,
+            "identity_r2": None,
+            "shrinkage": 0.0,
+            "redundant_dependents": False,
+            "dependent_selection": "ks",
+            "singletons": "intercept",
+            "error_floor": 0.0,
+            "block": 1,
+            "subtract_good_run_error": False,
+        }
+        params.update(overrides)
+        return cls(**params)
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "redundancy_r2": self.redundancy_r2,
+            "distance": self.distance,
+            "steady_state": self.steady_state,
+            "steady_state_z": self.steady_state_z,
+            "max_trim_fraction": self.max_trim_fraction,
+            "drop_run_identities": self.drop_run_identities,
+            "identity_r2": self.identity_r2,
+            "shrinkage": self.shrinkage,
+            "redundant_dependents": self.redundant_dependents,
+            "dependent_selection": self.dependent_selection,
+            "singletons": self.singletons,
+            "error_floor": self.error_floor,
+            "block": self.block,
+            "subtract_good_run_error": self.subtract_good_run_error,
+            "calibration_margin": self.calibration_margin,
+            "max_missing_fraction": self.max_missing_fraction,
+            "look_first": self.look_first,
+        }
+
+    @property
+    def effective_threshold(self) -> float:
+        if self.calibration_ is not None:
+            return float(self.calibration_["threshold"])
+        return self.threshold
+
+    # --- fit ---------------------------------------------------------------------------
+
+    def fit(self, baseline_runs: Sequence[CounterSamples]) -> CounterRegressionCheck:
+        """Learn the counter reduction and the clusters from good runs."""
+        self._validate_params()
+        if not baseline_runs:
+            raise ValueError("the baseline needs at least one run")
+        removed: list[RemovedCounter] = []
+        names = sorted(set.intersection(*(set(run.names) for run in baseline_runs)))
+        for name in sorted(set().union(*(run.names for run in baseline_runs)) - set(names)):
+            missing_in = [
+                _run_label(run, i) for i, run in enumerate(baseline_runs) if name not in run.names
+            ]
+            removed.append(
+                RemovedCounter(
+                    name, MISSING_IN_BASELINE_RUN, f"not recorded in {', '.join(missing_in)}"
+                )
+            )
+        names, mostly_missing = self._drop_mostly_missing(names, baseline_runs, "baseline run")
+        removed += mostly_missing
+        if not names:
+            raise ValueError("no counter is recorded in every baseline run")
+        runs = [self._prepare(run, names, i) for i, run in enumerate(baseline_runs)]
+        pooled = np.vstack([run.values for run in runs])
+
+        constant = np.ptp(pooled, axis=0) <= _constant_tolerance(pooled)
+        analysed = np.flatnonzero(~constant)
+        if self.drop_run_identities:
+            analysed, run_identities = _drop_run_identities(runs, analysed, names)
+            removed += run_identities
+        complete = np.vstack([run.observed for run in runs])[:, analysed].all(axis=1)
+        # identities hold on real samples; interpolated gaps would blur them
+        exact_rows = pooled[complete] if complete.mean() >= 0.5 else pooled
+        analysed, identities = self._collapse_identities(exact_rows, analysed, names)
+        removed += identities
+        kept, redundant = self._remove_redundant(pooled, analysed, names)
+        removed += redundant
+
+        correlation = correlation_matrix(pooled[:, kept]) if kept.size else np.zeros((0, 0))
+        distance = correlation_distance(correlation, self.distance)
+        labels, scores = cluster_counters(distance)
+        if self.singletons == "merge" and labels.size:
+            labels = merge_singletons(labels, distance)
+        clusters = [
+            _Cluster([names[i] for i in kept[labels == label]], [])
+            for label in range(int(labels.max()) + 1 if labels.size else 0)
+        ]
+        if self.redundant_dependents and clusters:
+            self._attach_redundant(pooled, kept, labels, redundant, names, clusters)
+
+        self.names_ = names
+        self.kept_ = [names[i] for i in kept]
+        self.clusters_ = [c.members for c in clusters]
+        self.redundant_members_ = [c.redundant for c in clusters]
+        self.ch_scores_ = scores
+        self.removed_ = removed
+        self.baseline_constant_ = {names[i]: float(pooled[0, i]) for i in np.flatnonzero(constant)}
+        self.baseline_windows_ = [run.window for run in runs]
+        modelled = [name for c in clusters for name in c.members + c.redundant]
+        columns = [names.index(name) for name in modelled]
+        observed = [run.observed_values()[:, columns] for run in runs]
+        self._baseline = dict(zip(modelled, pooled[:, columns].T, strict=True))
+        self._baseline_observed = dict(zip(modelled, np.vstack(observed).T, strict=True))
+        self.baseline_spread_ = dict(zip(modelled, self._spread(observed), strict=True))
+        edges = np.cumsum([0] + [run.values.shape[0] for run in runs])
+        samples = np.abs(np.vstack([run.samples[:, columns] for run in runs]))
+        below = np.median(samples, axis=0) < self.error_floor * samples.mean(axis=0)
+        self.usually_zero_ = {modelled[i] for i in np.flatnonzero(below)}
+        self._run_slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+        return self
+
+    def _collapse_identities(
+        self, pooled: np.ndarray, analysed: np.ndarray, names: list[str]
+    ) -> tuple[np.ndarray, list[RemovedCounter]]:
+        observations = pooled.shape[0]
+        if self.identity_r2 is None or analysed.size < 2 or observations <= analysed.size + 1:
+            return analysed, []
+        correlation = shrink_correlation(correlation_matrix(pooled[:, analysed]), _MIN_RIDGE)
+        steps = redundancy_analysis(correlation, self.identity_r2, observations=observations)
+        removed = [_removal(step, names, analysed, IDENTITY, "a linear identity") for step in steps]
+        gone = analysed[[step.index for step in steps]]
+        return np.setdiff1d(analysed, gone), removed
+
+    def _remove_redundant(
+        self, pooled: np.ndarray, analysed: np.ndarray, names: list[str]
+    ) -> tuple[np.ndarray, list[RemovedCounter]]:
+        if self.redundancy_r2 is None or analysed.size < 2:
+            return analysed, []
+        values = pooled[:, analysed]
+        observations, counters = values.shape
+        amount = self.shrinkage
+        if amount is None:
+            amount = 0.0
+            if observations <= 2 * counters:
+                amount = float(ledoit_wolf_shrinkage(_standardize(values), assume_centered=True))
+        correlation = shrink_correlation(correlation_matrix(values), max(amount, _MIN_RIDGE))
+        adjust = amount <= _MIN_RIDGE and observations > counters + 1
+        steps = redundancy_analysis(
+            correlation, self.redundancy_r2, observations=observations if adjust else None
+        )
+        removed = [_removal(step, names, analysed, REDUNDANT, "redundant") for step in steps]
+        gone = analysed[[step.index for step in steps]]
+        return np.setdiff1d(analysed, gone), removed
+
+    def _attach_redundant(
+        self,
+        pooled: np.ndarray,
+        kept: np.ndarray,
+        labels: np.ndarray,
+        redundant: list[RemovedCounter],
+        names: list[str],
+        clusters: list[_Cluster],
+    ) -> None:
+        """Make each redundant counter that is not a duplicate of one kept counter a
+        dependent candidate of the cluster at the smallest mean distance."""
+        assert self.redundancy_r2 is not None
+        for position, removal in enumerate(redundant):
+            column = pooled[:, names.index(removal.counter)]
+            correlation = correlation_matrix(np.column_stack([column, pooled[:, kept]]))[0, 1:]
+            twin = int(np.argmax(np.abs(correlation)))
+            if correlation[twin] ** 2 > self.redundancy_r2:
+                redundant[position] = RemovedCounter(
+                    removal.counter,
+                    removal.reason,
+                    f"{removal.detail}; duplicates {names[kept[twin]]} "
+                    f"(correlation {correlation[twin]:.3f})",
+                    removal.r_squared,
+                    removal.explained_by,
+                )
+                continue
+            gaps = _distance_to_counter(correlation, self.distance)
+            nearest = min(range(len(clusters)), key=lambda c: (gaps[labels == c].mean(), c))
+            clusters[nearest].redundant.append(removal.counter)
+            redundant[position] = RemovedCounter(
+                removal.counter,
+                removal.reason,
+                f"{removal.detail}; still a dependent candidate of cluster {nearest}",
+                removal.r_squared,
+                removal.explained_by,
+            )
+
+    def _spread(self, blocks: list[np.ndarray]) -> np.ndarray:
+        """Per counter: the largest KS statistic between one good run and the others
+        (zeros with one run or with dependent_selection="ks")."""
+        width = blocks[0].shape[1]
+        if self.dependent_selection == "ks" or len(blocks) < 2 or width == 0:
+            return np.zeros(width)
+        return np.max(
+            [
+                ks_statistics(held_out, np.vstack(blocks[:i] + blocks[i + 1 :]))
+                for i, held_out in enumerate(blocks)
+            ],
+            axis=0,
+        )
+
+    # --- check -------------------------------------------------------------------------
+
+    def check(self, target: CounterSamples) -> CounterCheckResult:
+        """Predict the target with one model per cluster and flag the clusters whose
+        prediction error exceeds the threshold."""
+        if not hasattr(self, "clusters_"):
+            raise RuntimeError("call fit(baseline_runs) before check(target)")
+        removed = list(self.removed_)
+        present = set(target.names)
+        for name in sorted(present - set(self.names_)):
+            removed.append(RemovedCounter(name, NOT_IN_BASELINE, "recorded in the target only"))
+        used = list(self._baseline) + sorted(self.baseline_constant_)
+        for name in used:
+            if name not in present:
+                removed.append(
+                    RemovedCounter(name, MISSING_IN_TARGET, "not recorded in the target")
+                )
+        wanted, mostly_missing = self._drop_mostly_missing(
+            [name for name in used if name in present], [target], "target"
+        )
+        removed += mostly_missing
+        if not wanted:
+            raise ValueError(f"{_run_label(target, 0)}: no counter of the baseline to check")
+        prepared = self._prepare(target, wanted, 0)
+        values = dict(zip(wanted, prepared.values.T, strict=True))
+        observed = dict(zip(wanted, prepared.observed_values().T, strict=True))
+
+        new_activity: list[str] = []
+        for name, level in self.baseline_constant_.items():
+            if name not in values:
+                continue
+            column = values[name]
+            if np.ptp(column) <= _constant_tolerance(column[:, None])[0]:
+                removed.append(
+                    RemovedCounter(name, ZERO_VARIANCE, "zero variance in baseline and target")
+                )
+                continue
+            new_activity.append(name)
+            removed.append(
+                RemovedCounter(
+                    name,
+                    CONSTANT_IN_BASELINE,
+                    f"constant ({level:g}) in the baseline but varies in the target "
+                    f"({column.min():g} to {column.max():g}); no model can predict it",
+                )
+            )
+
+        threshold = self.effective_threshold
+        results = []
+        for number, (members, redundant) in enumerate(
+            zip(self.clusters_, self.redundant_members_, strict=True)
+        ):
+            members = [m for m in members if m in values]
+            redundant = [m for m in redundant if m in values]
+            import os
+            if os.environ.get("FULL"):
+                members, redundant = members + redundant, []
+            if members or redundant:
+                results.append(
+                    self._check_cluster(number, members, redundant, values, observed, threshold)
+                )
+        results.sort(key=lambda c: (c.excess_error is None, -(c.excess_error or 0.0), c.cluster))
+        flagged = [c for c in results if c.flagged]
+        look_first = [c.dependent for c in flagged]
+        look_first += [m for c in flagged for m in c.members if m != c.dependent]
+        look_first = list(dict.fromkeys(look_first + new_activity))[: self.look_first]
+        return CounterCheckResult(
+            regression=bool(flagged),
+            threshold=threshold,
+            threshold_source="calibrated" if self.calibration_ is not None else "fixed",
+            clusters=results,
+            removed=removed,
+            look_first=look_first,
+            baseline_runs=len(self._run_slices),
+            baseline_observations=sum(end - start for start, end in self.baseline_windows_),
+            target_observations=int(prepared.values.shape[0]),
+            target_window=prepared.window,
+            target_label=target.label,
+            parameters=self.get_params(),
+        )
+
+    def _check_cluster(
+        self,
+        number: int,
+        members: list[str],
+        redundant: list[str],
+        target: dict[str, np.ndarray],
+        target_observed: dict[str, np.ndarray],
+        threshold: float,
+    ) -> ClusterResult:
+        # a percentage of a counter that is zero most of the time means nothing: a cluster
+        # of such counters only is reported, not judged
+        candidates = [c for c in members + redundant if c not in self.usually_zero_]
+        judged = bool(candidates)
+        candidates = candidates or members + redundant
+        statistics = ks_statistics(
+            np.column_stack([self._baseline_observed[c] for c in candidates]),
+            np.column_stack([target_observed[c] for c in candidates]),
+        )
+        if self.dependent_selection == "largest_excess" and judged and len(members) > 1:
+            scores = self._screen(members, candidates, target, target_observed)
+        else:
+            scores = statistics - np.array([self.baseline_spread_[c] for c in candidates])
+        column = int(np.argmax(scores))
+        dependent, statistic = candidates[column], float(statistics[column])
+        pvalue = float(
+            ks_2samp(
+                _present(self._baseline_observed[dependent]), _present(target_observed[dependent])
+            ).pvalue
+        )
+        predictors = [m for m in members if m != dependent]
+        y_base = self._baseline[dependent]
+        floor = self.error_floor * float(np.mean(np.abs(y_base)))
+        intercept: float | None = None
+        coefficients: dict[str, float] = {}
+        r_squared: float | None = None
+        error = good_run_error = None
+        model: Literal["ols", "intercept", "none"] = "none"
+        if judged and (predictors or self.singletons == "intercept"):
+            model = "ols" if predictors else "intercept"
+            fitted = sm.OLS(y_base, _design(self._baseline, predictors)).fit()
+            intercept = float(fitted.params[0])
+            coefficients = dict(zip(predictors, map(float, fitted.params[1:]), strict=True))
+            r_squared = float(fitted.rsquared) if predictors else None
+            prediction = fitted.predict(_design(target, predictors))
+            error = _finite(percentage_error(target_observed[dependent], prediction, floor))
+            good_run_error = self._good_run_error(dependent, predictors, floor)
+        excess = None
+        if error is not None:
+            excess = error - (good_run_error or 0.0) if self.subtract_good_run_error else error
+        return ClusterResult(
+            cluster=number,
+            members=sorted(members + redundant),
+            redundant_members=redundant,
+            dependent=dependent,
+            ks_statistic=statistic,
+            ks_pvalue=pvalue,
+            baseline_ks_statistic=float(self.baseline_spread_[dependent]),
+            model=model,
+            intercept=intercept,
+            coefficients=coefficients,
+            r_squared=r_squared,
+            error=error,
+            good_run_error=good_run_error,
+            excess_error=excess,
+            flagged=excess is not None and excess > threshold,
+            baseline_mean=float(np.mean(y_base)),
+            target_mean=float(np.mean(target[dependent])),
+        )
+
+    def _screen(
+        self,
+        members: list[str],
+        candidates: list[str],
+        target: dict[str, np.ndarray],
+        target_observed: dict[str, np.ndarray],
+    ) -> np.ndarray:
+        """Excess error of every candidate's model (a member on the other members, a
+        redundant counter on all members), from one inverse Gram matrix per fit instead
+        of one regression per candidate: with the design A = [1, members] and
+        H = (A'A)^-1, member j regressed on the others predicts x_j - (x H)_j / H_jj."""
+        names = list(dict.fromkeys(members + candidates))
+        width = len(members)
+        base = np.column_stack([self._baseline[n] for n in names])
+        centre, scale = base.mean(axis=0), base.std(axis=0)
+        scale[scale == 0] = 1.0
+        z_base = (base - centre) / scale
+        z_target = (np.column_stack([target[n] for n in names]) - centre) / scale
+
+        def predict(train: np.ndarray, rows: np.ndarray) -> np.ndarray:
+            design = np.column_stack([np.ones(int(train.sum())), z_base[train, :width]])
+            inverse = np.linalg.pinv(design.T @ design, hermitian=True)
+            new = np.column_stack([np.ones(rows.shape[0]), rows[:, :width]])
+            predicted = np.empty(rows.shape)
+            predicted[:, :width] = rows[:, :width] - (new @ inverse)[:, 1:] / np.diag(inverse)[1:]
+            if len(names) > width:
+                predicted[:, width:] = new @ (inverse @ (design.T @ z_base[train, width:]))
+            return predicted * scale + centre
+
+        everything = np.ones(z_base.shape[0], dtype=bool)
+        on_target = predict(everything, z_target)
+        held_out = []
+        for run in self._run_slices if len(self._run_slices) > 1 else [slice(None)]:
+            train = everything.copy()
+            if run != slice(None):
+                train[run] = False
+            held_out.append((run, predict(train, z_base[run])))
+        scores = np.empty(len(candidates))
+        for position, name in enumerate(candidates):
+            column = names.index(name)
+            floor = self.error_floor * float(np.mean(np.abs(self._baseline[name])))
+            error = percentage_error(target_observed[name], on_target[:, column], floor)
+            usual = [
+                percentage_error(self._baseline_observed[name][run], predicted[:, column], floor)
+                for run, predicted in held_out
+            ]
+            usual_mean = _usual_error([e for e in usual if math.isfinite(e)]) or 0.0
+            excess = error - usual_mean if self.subtract_good_run_error else error
+            scores[position] = excess if math.isfinite(excess) else -math.inf
+        return scores
+
+    def _good_run_error(self, dependent: str, predictors: list[str], floor: float) -> float | None:
+        """The mean error of the same model on a good run it was not fitted on (each
+        baseline run left out in turn); with one baseline run, its error on that run."""
+        y = self._baseline[dependent]
+        observed = self._baseline_observed[dependent]
+        design = _design(self._baseline, predictors)
+        if len(self._run_slices) == 1:
+            fitted = sm.OLS(y, design).fit()
+            return _finite(percentage_error(observed, fitted.fittedvalues, floor))
+        errors = []
+        for held_out in self._run_slices:
+            train = np.ones(y.size, dtype=bool)
+            train[held_out] = False
+            fitted = sm.OLS(y[train], design[train]).fit()
+            errors.append(
+                percentage_error(observed[held_out], fitted.predict(design[held_out]), floor)
+            )
+        finite = [e for e in errors if math.isfinite(e)]
+        return _usual_error(finite)
+
+    # --- calibration -------------------------------------------------------------------
+
+    def calibrate(self, good_runs: Sequence[CounterSamples]) -> CounterRegressionCheck:
+        """Learn the threshold from good runs by leave-one-out: each run is checked against
+        a baseline of the others; threshold = largest excess error + calibration_margin.
+        Call before or after ``fit``; ``fit`` keeps it."""
+        if len(good_runs) < 2:
+            raise ValueError("calibration needs at least two good runs")
+        largest: list[float] = []
+        for held_out, run in enumerate(good_runs):
+            others = [r for i, r in enumerate(good_runs) if i != held_out]
+            check = CounterRegressionCheck(**self.get_params()).fit(others)
+            largest.append(check.check(run).max_excess_error or 0.0)
+        self.calibration_ = {
+            "runs": [_run_label(run, i) for i, run in enumerate(good_runs)],
+            "largest_errors": largest,
+            "margin": self.calibration_margin,
+            "threshold": max(largest) + self.calibration_margin,
+        }
+        return self
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _validate_params(self) -> None:
+        choices = {
+            "distance": ("1-|rho|", "1-rho"),
+            "singletons": ("merge", "intercept", "skip"),
+            "steady_state": ("auto", "off"),
+            "dependent_selection": ("largest_excess", "beyond_baseline", "ks"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
+        for name in ("redundancy_r2", "identity_r2"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < value < 1.0:
+                raise ValueError(f"{name} must be between 0 and 1 (exclusive) or None")
+        if self.shrinkage is not None and not 0.0 <= self.shrinkage <= 1.0:
+            raise ValueError("shrinkage must be between 0 and 1 or None")
+        if self.threshold <= 0:
+            raise ValueError("threshold must be positive")
+        if self.error_floor < 0:
+            raise ValueError("error_floor must not be negative")
+        if self.block < 1:
+            raise ValueError("block must be at least 1 sample")
+
+    def _drop_mostly_missing(
+        self, names: list[str], runs: Sequence[CounterSamples], what: str
+    ) -> tuple[list[str], list[RemovedCounter]]:
+        removed = []
+        keep = []
+        for name in names:
+            worst = max(float(np.isnan(run.column(name)).mean()) for run in runs)
+            if worst > self.max_missing_fraction:
+                removed.append(
+                    RemovedCounter(
+                        name,
+                        MOSTLY_MISSING,
+                        f"{worst:.0%} of the samples of a {what} are missing "
+                        f"(limit {self.max_missing_fraction:.0%})",
+                    )
+                )
+            else:
+                keep.append(name)
+        return keep, removed
+
+    def _prepare(self, run: CounterSamples, names: list[str], index: int) -> _PreparedRun:
+        raw = run.values[:, [run.names.index(name) for name in names]]
+        filled = fill_missing(raw)
+        start, end = 0, filled.shape[0]
+        if self.steady_state == "auto":
+            start, end = steady_state_window(
+                filled, z_limit=self.steady_state_z, max_trim_fraction=self.max_trim_fraction
+            )
+        # whole blocks only: a shorter last block would average a different stretch
+        end = start + (end - start) // self.block * self.block
+        # averaging filled samples keeps linear identities exact across single gaps
+        blocks = block_means(filled[start:end], self.block)
+        observed = block_means((~np.isnan(raw[start:end])).astype(float), self.block) > 0
+        if blocks.shape[0] < 3:
+            raise ValueError(
+                f"{_run_label(run, index)}: {end - start} steady-state sample(s) make "
+                f"{blocks.shape[0]} block(s) of {self.block}; at least 3 needed"
+            )
+        return _PreparedRun(blocks, observed, (start, end), filled[start:end])
+
+
+def _drop_run_identities(
+    runs: list[_PreparedRun], analysed: np.ndarray, names: list[str]
+) -> tuple[np.ndarray, list[RemovedCounter]]:
+    """Split off counters constant within every run but not across runs, and clocks."""
+    values = [run.values[:, analysed] for run in runs]
+    constant = np.all([np.ptp(v, axis=0) <= _constant_tolerance(v) for v in values], axis=0)
+    clock = ~constant & np.all([_r2_on_index(v) >= _CLOCK_R2 for v in values], axis=0)
+    removed = []
+    for position in np.flatnonzero(constant):
+        levels = sorted({float(v[0, position]) for v in values})
+        removed.append(
+            RemovedCounter(
+                names[analysed[position]],
+                CONSTANT_PER_RUN,
+                "constant within each baseline run, different between runs "
+                f"({_format_levels(levels)}): identifies a run, measures nothing",
+            )
+        )
+    for position in np.flatnonzero(clock):
+        removed.append(
+            RemovedCounter(
+                names[analysed[position]],
+                CLOCK,
+                f"grows linearly with the sample index in every baseline run (R^2 >= "
+                f"{_CLOCK_R2}): a clock, measures nothing",
+            )
+        )
+    return analysed[~constant & ~clock], removed
+
+
+def _r2_on_index(values: np.ndarray) -> np.ndarray:
+    """R^2 of each column's linear fit on the sample index (0 for a constant column)."""
+    index = np.arange(values.shape[0], dtype=np.float64)
+    index = (index - index.mean()) / index.std()
+    centred = values - values.mean(axis=0)
+    spread = centred.std(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        correlation = (index @ centred) / values.shape[0] / spread
+    return np.where(spread > 0, correlation**2, 0.0)
+
+
+def _removal(
+    step: RedundancyStep, names: list[str], analysed: np.ndarray, reason: str, kind: str
+) -> RemovedCounter:
+    strongest = sorted(step.coefficients.items(), key=lambda item: (-abs(item[1]), item[0]))
+    explained_by = {names[analysed[i]]: beta for i, beta in strongest[:3]}
+    return RemovedCounter(
+        names[analysed[step.index]],
+        reason,
+        f"{kind}: R^2 {step.r_squared:.4f} on the remaining counters, mostly "
+        + ", ".join(explained_by),
+        r_squared=step.r_squared,
+        explained_by=explained_by,
+    )
+
+
+def _distance_to_counter(correlation: np.ndarray, kind: Distance) -> np.ndarray:
+    return 1.0 - np.abs(correlation) if kind == "1-|rho|" else 1.0 - correlation
+
+
+def _design(columns: dict[str, np.ndarray], predictors: list[str]) -> np.ndarray:
+    """Intercept column, then one column per predictor."""
+    rows = next(iter(columns.values())).shape[0]
+    return np.column_stack([np.ones(rows)] + [columns[p] for p in predictors])
+
+
+def _usual_error(errors: list[float]) -> float | None:
+    """The upper end of a model's usual error on good runs: mean + 2 standard deviations
+    of its errors on the held-out runs (just the error with one run)."""
+    if not errors:
+        return None
+    import os
+    k = float(os.environ.get("SDK", "2"))
+    spread = float(np.std(errors, ddof=1)) if len(errors) > 1 else 0.0
+    return float(np.mean(errors)) + k * spread
+
+
+def _present(values: np.ndarray) -> np.ndarray:
+    return values[~np.isnan(values)]
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _standardize(values: np.ndarray) -> np.ndarray:
+    centred = values - values.mean(axis=0)
+    return centred / centred.std(axis=0)
+
+
+def _constant_tolerance(values: np.ndarray) -> np.ndarray:
+    """Spread below which a column counts as constant: float noise around its level."""
+    return 1e-12 * np.maximum(1.0, np.abs(values).max(axis=0, initial=0.0))
+
+
+def _run_label(run: CounterSamples, index: int) -> str:
+    return run.label or f"run {index + 1}"
+
+
+def _format_levels(levels: list[float]) -> str:
+    shown = ", ".join(f"{level:g}" for level in levels[:4])
+    return shown + (", ..." if len(levels) > 4 else "")
+
+
+def _json_float(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)

@@ -1,0 +1,877 @@
+"""Run-or-skip recommendation from per-input profiles (DESIGN.md §3.3, seed 002).
+
+When a performance suite's inputs keep growing, profiling every input on every
+code update is too slow. Instead:
+
+1. cluster the inputs by the program behaviour they cause (:class:`InputClustering`);
+2. on a code update, profile a seeded sample of each cluster (:func:`sample_inputs`);
+3. judge each sampled input with the seed's Algorithms 1 and 2
+   (:func:`time_threshold`, :func:`decide`) and let the votes decide
+   (:class:`RunOrSkipRecommender`).
+
+Everything here is pure and deterministic: arrays and profiles in, results
+with ``to_dict()`` out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans
+from sklearn.metrics import silhouette_score
+from sklearn.mixture import GaussianMixture
+from sklearn.neighbors import NearestNeighbors
+
+from perfwatch.records import InputProfile
+
+ATTRIBUTES: tuple[str, ...] = (
+    "size",
+    "wall_time_s",
+    "cpu_time_s",
+    "peak_memory_bytes",
+    "statements",
+    "function_calls",
+    "loop_iterations",
+    "conditionals",
+)
+# Wall time is left out by default: it says what CPU time says, with more noise.
+CLUSTER_ATTRIBUTES: tuple[str, ...] = tuple(name for name in ATTRIBUTES if name != "wall_time_s")
+NOISE = -1
+Method = Literal["dbscan", "kmeans", "gmm", "agglomerative"]
+METHODS: tuple[str, ...] = ("dbscan", "kmeans", "gmm", "agglomerative")
+TimeAttribute = Literal["cpu_time_s", "wall_time_s"]
+
+
+def attribute_matrix(profiles: Sequence[InputProfile], attributes: Sequence[str]) -> np.ndarray:
+    """Rows = profiles, columns = attributes, as floats."""
+    unknown = [name for name in attributes if name not in ATTRIBUTES]
+    if unknown:
+        raise ValueError(f"unknown attribute {unknown[0]!r}; known: {', '.join(ATTRIBUTES)}")
+    return np.array(
+        [[float(getattr(p, name)) for name in attributes] for p in profiles], dtype=float
+    ).reshape(len(profiles), len(attributes))
+
+
+def knee_index(values: Sequence[float] | np.ndarray) -> int:
+    """Index of the knee of a convex curve: the point farthest below the chord.
+
+    Both axes are scaled to [0, 1] and the chord joins the first and the last
+    point, so the rule works for a rising curve (sorted k-distances) and a
+    falling one (k-means inertia against k) alike.
+    """
+    y = np.asarray(values, dtype=float)
+    if y.size < 3:
+        return 0
+    span = y.max() - y.min()
+    if span == 0:
+        return 0
+    scaled = (y - y.min()) / span
+    x = np.linspace(0.0, 1.0, y.size)
+    chord = scaled[0] + (scaled[-1] - scaled[0]) * x
+    return int(np.argmax(chord - scaled))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """One group of inputs; ``label`` NOISE (-1) is DBSCAN's group of noise inputs."""
+
+    label: int
+    members: tuple[str, ...]
+    centre: dict[str, float]
+
+    @property
+    def name(self) -> str:
+        return "noise" if self.label == NOISE else f"cluster {self.label}"
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "name": self.name,
+            "size": self.size,
+            "centre": self.centre,
+            "members": list(self.members),
+        }
+
+
+@dataclass(frozen=True)
+class ClusterUpdate:
+    """What :meth:`InputClustering.update` did with arriving inputs."""
+
+    assigned: dict[str, int]
+    misfits: list[str]
+    replaced: list[str]
+    refitted: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "assigned": self.assigned,
+            "misfits": self.misfits,
+            "replaced": self.replaced,
+            "refitted": self.refitted,
+            "reason": self.reason,
+        }
+
+
+class InputClustering:
+    """Cluster inputs on standardised profile attributes.
+
+    Methods: ``dbscan`` (default; ``eps`` from the knee of the sorted
+    k-distances when not given, noise inputs kept as their own group),
+    ``kmeans`` (k by the elbow of inertia), ``gmm`` (k by the lowest BIC) and
+    ``agglomerative`` (Ward; k with the highest silhouette).
+    ``n_clusters`` fixes k for the last three.
+
+    Arriving inputs (:meth:`update`) are assigned to a cluster: with DBSCAN,
+    to that of the nearest core input if it lies within ``eps``, else to
+    noise; otherwise to the nearest cluster centre if it lies within that
+    cluster's radius (its farthest member's distance at fit time). An input
+    outside every cluster is a misfit. Once more than ``max_misfit_share`` of
+    the inputs added since the last fit are misfits, the clustering is redone
+    on all inputs.
+    """
+
+    def __init__(
+        self,
+        method: Method = "dbscan",
+        *,
+        attributes: Sequence[str] = CLUSTER_ATTRIBUTES,
+        eps: float | None = None,
+        min_samples: int | None = None,
+        n_clusters: int | None = None,
+        max_clusters: int = 10,
+        random_state: int = 0,
+        max_misfit_share: float = 0.1,
+    ) -> None:
+        self.method = method
+        self.attributes = tuple(attributes)
+        self.eps = eps
+        self.min_samples = min_samples
+        self.n_clusters = n_clusters
+        self.max_clusters = max_clusters
+        self.random_state = random_state
+        self.max_misfit_share = max_misfit_share
+
+    # -- fitting -------------------------------------------------------------------------------
+
+    def fit(self, profiles: Iterable[InputProfile]) -> InputClustering:
+        ordered = sorted(profiles, key=lambda p: p.input_id)
+        self._check_parameters(ordered)
+        self.profiles_: dict[str, InputProfile] = {p.input_id: p for p in ordered}
+        raw = attribute_matrix(ordered, self.attributes)
+        self.mean_ = raw.mean(axis=0)
+        scale = raw.std(axis=0)
+        self.scale_ = np.where(scale > 0, scale, 1.0)
+        points = self._standardise(raw)
+        labels, self.selection_ = self._cluster(points)
+        labels = _relabel_by_statements(labels, ordered)
+        self.labels_: dict[str, int] = {
+            p.input_id: int(label) for p, label in zip(ordered, labels, strict=True)
+        }
+        self._fit_assignment(points, labels)
+        self._added_since_fit = 0
+        self._misfits_since_fit = 0
+        self._rebuild_clusters()
+        return self
+
+    def _check_parameters(self, profiles: Sequence[InputProfile]) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown clustering method {self.method!r}; use one of {METHODS}")
+        if not profiles:
+            raise ValueError("no input profiles to cluster")
+        ids = [p.input_id for p in profiles]
+        if len(set(ids)) != len(ids):
+            repeated = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"input id {repeated!r} appears more than once")
+        if not self.attributes:
+            raise ValueError("no attributes to cluster on")
+        attribute_matrix(profiles[:1], self.attributes)
+        if self.eps is not None and self.eps <= 0:
+            raise ValueError(f"eps must be positive, got {self.eps}")
+        if self.min_samples is not None and self.min_samples < 1:
+            raise ValueError(f"min_samples must be at least 1, got {self.min_samples}")
+        if self.n_clusters is not None and not 1 <= self.n_clusters <= len(profiles):
+            raise ValueError(
+                f"n_clusters must be between 1 and the number of inputs ({len(profiles)}), "
+                f"got {self.n_clusters}"
+            )
+        if self.max_clusters < 1:
+            raise ValueError(f"max_clusters must be at least 1, got {self.max_clusters}")
+        if not 0 <= self.max_misfit_share <= 1:
+            raise ValueError(f"max_misfit_share must be in [0, 1], got {self.max_misfit_share}")
+
+    def _standardise(self, raw: np.ndarray) -> np.ndarray:
+        return (raw - self.mean_) / self.scale_
+
+    def _cluster(self, points: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        n = len(points)
+        if self.method == "dbscan":
+            return self._dbscan(points)
+        if n == 1:
+            return np.zeros(1, dtype=int), {"n_clusters": 1, "rule": "a single input"}
+        largest = min(self.max_clusters, n)
+        if self.method == "kmeans":
+            k, rule = self.n_clusters, "given"
+            if k is None:
+                inertias = [self._kmeans(points, k).inertia_ for k in range(1, largest + 1)]
+                k, rule = knee_index(inertias) + 1, "elbow of k-means inertia"
+            return self._kmeans(points, k).labels_, {"n_clusters": k, "rule": rule}
+        if self.method == "gmm":
+            k, rule = self.n_clusters, "given"
+            if k is None:
+                bics = [self._gmm(points, k).bic(points) for k in range(1, largest + 1)]
+                k, rule = int(np.argmin(bics)) + 1, "lowest BIC"
+            return self._gmm(points, k).predict(points), {"n_clusters": k, "rule": rule}
+        k, rule = self.n_clusters, "given"
+        if k is None:
+            k, rule = _best_silhouette(points, largest), "highest silhouette"
+        model = AgglomerativeClustering(n_clusters=k, linkage="ward").fit(points)
+        return model.labels_, {"n_clusters": k, "rule": rule}
+
+    def _kmeans(self, points: np.ndarray, k: int) -> KMeans:
+        return KMeans(n_clusters=k, n_init=10, random_state=self.random_state).fit(points)
+
+    def _gmm(self, points: np.ndarray, k: int) -> GaussianMixture:
+        return GaussianMixture(
+            n_components=k, covariance_type="full", random_state=self.random_state
+        ).fit(points)
+
+    def _dbscan(self, points: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        n, dims = points.shape
+        # Twice the dimensions (Sander et al.), but small suites keep room for several clusters.
+        min_samples = self.min_samples or max(2, min(2 * dims, n // 10))
+        min_samples = min(min_samples, n)
+        eps, rule = self.eps, "given"
+        if eps is None:
+            eps, rule = _knee_eps(points, min_samples), "knee of the sorted k-distances"
+        labels = DBSCAN(eps=eps, min_samples=min_samples).fit_predict(points)
+        return labels, {"eps": eps, "eps_rule": rule, "min_samples": min_samples}
+
+    def _fit_assignment(self, points: np.ndarray, labels: np.ndarray) -> None:
+        if self.method == "dbscan":
+            eps = float(self.selection_["eps"])
+            neighbours = NearestNeighbors(radius=eps).fit(points)
+            counts = np.array([len(r) for r in neighbours.radius_neighbors(points)[1]])
+            core = (counts >= int(self.selection_["min_samples"])) & (labels != NOISE)
+            self._core_points = points[core]
+            self._core_labels = labels[core]
+            return
+        groups = sorted(set(labels.tolist()))
+        self._centres = np.array([points[labels == g].mean(axis=0) for g in groups])
+        self._centre_labels = np.array(groups)
+        self._radii = np.array(
+            [
+                np.linalg.norm(points[labels == g] - centre, axis=1).max()
+                for g, centre in zip(groups, self._centres, strict=True)
+            ]
+        )
+
+    # -- assignment and growth -----------------------------------------------------------------
+
+    def predict(self, profiles: Sequence[InputProfile]) -> tuple[np.ndarray, np.ndarray]:
+        """Cluster labels of (new) inputs and whether each lies inside its cluster."""
+        if not profiles:
+            return np.zeros(0, dtype=int), np.zeros(0, dtype=bool)
+        points = self._standardise(attribute_matrix(profiles, self.attributes))
+        if self.method == "dbscan":
+            if len(self._core_points) == 0:
+                return np.full(len(points), NOISE), np.zeros(len(points), dtype=bool)
+            distance, index = (
+                NearestNeighbors(n_neighbors=1).fit(self._core_points).kneighbors(points)
+            )
+            inside = distance[:, 0] <= float(self.selection_["eps"])
+            labels = np.where(inside, self._core_labels[index[:, 0]], NOISE)
+            return labels, inside
+        distances = np.linalg.norm(points[:, None, :] - self._centres[None, :, :], axis=2)
+        nearest = distances.argmin(axis=1)
+        inside = distances[np.arange(len(points)), nearest] <= self._radii[nearest]
+        return self._centre_labels[nearest], inside
+
+    def update(self, profiles: Iterable[InputProfile]) -> ClusterUpdate:
+        """Add arriving inputs; refit when too many of them do not fit (see the class doc)."""
+        arriving = list(profiles)
+        replaced = [p.input_id for p in arriving if p.input_id in self.profiles_]
+        new = [p for p in arriving if p.input_id not in self.profiles_]
+        for profile in arriving:
+            self.profiles_[profile.input_id] = profile
+        labels, inside = self.predict(new)
+        misfits = [p.input_id for p, fits in zip(new, inside, strict=True) if not fits]
+        self._added_since_fit += len(new)
+        self._misfits_since_fit += len(misfits)
+        share = self._misfits_since_fit / self._added_since_fit if self._added_since_fit else 0.0
+        if share > self.max_misfit_share:
+            reason = (
+                f"{self._misfits_since_fit} of {self._added_since_fit} inputs added since the "
+                f"last fit ({share:.0%}) lie outside every cluster, more than "
+                f"{self.max_misfit_share:.0%}: clustering redone on all "
+                f"{len(self.profiles_)} inputs"
+            )
+            self.fit(self.profiles_.values())
+            assigned = {p.input_id: self.labels_[p.input_id] for p in new}
+            return ClusterUpdate(assigned, misfits, replaced, True, reason)
+        assigned = {p.input_id: int(label) for p, label in zip(new, labels, strict=True)}
+        self.labels_.update(assigned)
+        self._rebuild_clusters()
+        reason = (
+            f"{self._misfits_since_fit} of {self._added_since_fit} inputs added since the last "
+            f"fit ({share:.0%}) lie outside every cluster, at most "
+            f"{self.max_misfit_share:.0%}: clusters kept"
+        )
+        return ClusterUpdate(assigned, misfits, replaced, False, reason)
+
+    def _rebuild_clusters(self) -> None:
+        by_label: dict[int, list[InputProfile]] = {}
+        for input_id in sorted(self.labels_):
+            by_label.setdefault(self.labels_[input_id], []).append(self.profiles_[input_id])
+        order = sorted(by_label, key=lambda label: (label == NOISE, label))
+        self.clusters_: list[Cluster] = [
+            Cluster(
+                label=label,
+                members=tuple(p.input_id for p in by_label[label]),
+                centre={
+                    name: float(value)
+                    for name, value in zip(
+                        self.attributes,
+                        attribute_matrix(by_label[label], self.attributes).mean(axis=0),
+                        strict=True,
+                    )
+                },
+            )
+            for label in order
+        ]
+
+    # -- inspection ----------------------------------------------------------------------------
+
+    def cluster(self, label: int) -> Cluster:
+        for cluster in self.clusters_:
+            if cluster.label == label:
+                return cluster
+        raise KeyError(f"no cluster labelled {label}")
+
+    def member_profiles(self, label: int) -> list[InputProfile]:
+        return [self.profiles_[i] for i in self.cluster(label).members]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "attributes": list(self.attributes),
+            "parameters": _plain(self.selection_),
+            "inputs": len(self.labels_),
+            "clusters": [c.to_dict() for c in self.clusters_],
+        }
+
+
+def _knee_eps(points: np.ndarray, min_samples: int) -> float:
+    """DBSCAN ``eps`` at the knee of the sorted distances to the min_samples-th neighbour."""
+    if len(points) < 2:
+        return 1.0
+    neighbours = NearestNeighbors(n_neighbors=max(2, min_samples)).fit(points)
+    distances = np.sort(neighbours.kneighbors(points)[0][:, -1])
+    eps = float(distances[knee_index(distances)])
+    if eps > 0:
+        return eps
+    positive = distances[distances > 0]
+    # All inputs behave identically: any positive radius makes one cluster.
+    return float(positive.min()) if positive.size else 1.0
+
+
+def _best_silhouette(points: np.ndarray, largest: int) -> int:
+    """Number of Ward clusters with the highest mean silhouette (1 when nothing splits)."""
+    best_k, best_score = 1, -1.0
+    for k in range(2, min(largest, len(points) - 1) + 1):
+        labels = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(points)
+        score = float(silhouette_score(points, labels))
+        if score > best_score:
+            best_k, best_score = k, score
+    return best_k
+
+
+def _relabel_by_statements(labels: np.ndarray, profiles: Sequence[InputProfile]) -> np.ndarray:
+    """Number clusters by ascending mean executed statements, so names read in order."""
+    statements = np.array([p.statements for p in profiles], dtype=float)
+    groups = sorted(
+        (g for g in set(labels.tolist()) if g != NOISE),
+        key=lambda g: (statements[labels == g].mean(), g),
+    )
+    mapping = {old: new for new, old in enumerate(groups)} | {NOISE: NOISE}
+    return np.array([mapping[g] for g in labels.tolist()], dtype=int)
+
+
+def _plain(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in values.items()}
+
+
+# -- sampling -----------------------------------------------------------------------------------
+
+
+def sample_inputs(
+    clustering: InputClustering, *, per_cluster: int = 3, seed: int = 0
+) -> dict[int, list[str]]:
+    """Seeded random sample of input ids from every cluster (noise included).
+
+    Each cluster's members are shuffled once by the seed and the first
+    ``per_cluster`` taken, so a larger sample with the same seed contains the
+    smaller one and the inputs already profiled are reused.
+    """
+    if per_cluster < 1:
+        raise ValueError(f"per_cluster must be at least 1, got {per_cluster}")
+    rng = np.random.default_rng(seed)
+    sample: dict[int, list[str]] = {}
+    for cluster in clustering.clusters_:
+        order = rng.permutation(cluster.size)
+        sample[cluster.label] = [cluster.members[i] for i in order[:per_cluster]]
+    return sample
+
+
+# -- the seed's Algorithms 2 and 1 --------------------------------------------------------------
+
+ThresholdCase = Literal[
+    "equal_statements", "between_neighbours", "beyond_upper_edge", "beyond_lower_edge"
+]
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Algorithm 2's time threshold for one updated input in its cluster."""
+
+    value: float
+    case: ThresholdCase
+    below_statements: float | None
+    above_statements: float | None
+
+    def describe(self) -> str:
+        match self.case:
+            case "equal_statements":
+                return (
+                    f"largest time of inputs with the same {self.below_statements:.0f} statements"
+                )
+            case "between_neighbours":
+                return (
+                    f"midpoint of the largest times of the nearest inputs below "
+                    f"({self.below_statements:.0f} statements) and above "
+                    f"({self.above_statements:.0f} statements)"
+                )
+            case "beyond_upper_edge":
+                return (
+                    f"beyond the cluster's upper edge: largest time of the nearest inputs "
+                    f"below ({self.below_statements:.0f} statements)"
+                )
+            case _:
+                return (
+                    f"beyond the cluster's lower edge: largest time of the nearest inputs "
+                    f"above ({self.above_statements:.0f} statements)"
+                )
+
+
+def time_threshold(
+    statements: np.ndarray | Sequence[float],
+    times: np.ndarray | Sequence[float],
+    updated_statements: float,
+) -> Threshold:
+    """Algorithm 2 (cluster data point evaluation) for one updated input.
+
+    ``statements`` and ``times`` are the baseline profiles of the input's
+    cluster. The threshold is the largest time among inputs with the same
+    statement count; with none equal, the midpoint of the largest times of the
+    nearest inputs above and below in statement count; beyond the cluster's
+    edge, the largest time of the nearest inputs on the one side there is.
+    """
+    s = np.asarray(statements, dtype=float)
+    t = np.asarray(times, dtype=float)
+    if s.size == 0 or s.shape != t.shape:
+        raise ValueError("a cluster needs at least one input, with one time per statement count")
+    equal = s == updated_statements
+    if equal.any():
+        return Threshold(float(t[equal].max()), "equal_statements", updated_statements, None)
+    below, above = s[s < updated_statements], s[s > updated_statements]
+    nearest_below = float(below.max()) if below.size else None
+    nearest_above = float(above.min()) if above.size else None
+    time_below = float(t[s == nearest_below].max()) if nearest_below is not None else None
+    time_above = float(t[s == nearest_above].max()) if nearest_above is not None else None
+    if time_below is not None and time_above is not None:
+        return Threshold(
+            (time_below + time_above) / 2, "between_neighbours", nearest_below, nearest_above
+        )
+    if time_below is not None:
+        return Threshold(time_below, "beyond_upper_edge", nearest_below, None)
+    assert time_above is not None
+    return Threshold(time_above, "beyond_lower_edge", None, nearest_above)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Algorithm 1's outcome: ``gradient_check`` is None when it was not needed or possible."""
+
+    run: bool
+    time_check: bool
+    gradient_check: bool | None
+    gradient_before: float | None
+    gradient_after: float | None
+    gradient_change: float | None
+
+
+def gradient_change(
+    previous_time: float, previous_statements: float, time: float, statements: float
+) -> tuple[float, float, float] | None:
+    """Slopes statements/time before and after, and the relative drop between them.
+
+    None when a slope is undefined (no time or no statements).
+    """
+    if min(previous_time, time) <= 0 or min(previous_statements, statements) <= 0:
+        return None
+    before = previous_statements / previous_time
+    after = statements / time
+    return before, after, (before - after) / before
+
+
+def decide(
+    time: float,
+    statements: float,
+    threshold: float,
+    *,
+    previous_time: float | None,
+    previous_statements: float | None,
+    acceptable_slowdown: float = 0.38,
+    time_tolerance: float = 0.0,
+) -> Decision:
+    """Algorithm 1 (decision to perform testing) for one updated input.
+
+    Run when the time exceeds the threshold (raised by ``time_tolerance``, a
+    share of it, to absorb timing noise; 0 is the seed's rule); otherwise run
+    when the slope statements/time of the same input fell by more than
+    ``acceptable_slowdown`` from before the update to after it.
+    """
+    if time > threshold * (1 + time_tolerance):
+        return Decision(True, True, None, None, None, None)
+    if previous_time is None or previous_statements is None:
+        return Decision(False, False, None, None, None, None)
+    slopes = gradient_change(previous_time, previous_statements, time, statements)
+    if slopes is None:
+        return Decision(False, False, None, None, None, None)
+    change = slopes[2]
+    return Decision(change > acceptable_slowdown, False, change > acceptable_slowdown, *slopes)
+
+
+# -- the recommendation -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Vote:
+    """One sampled input's vote, its reason and the numbers behind it."""
+
+    input_id: str
+    group: int
+    label: str
+    run: bool
+    time_check: bool
+    gradient_check: bool | None
+    reason: str
+    numbers: dict[str, float | str | None]
+
+    @property
+    def decision(self) -> str:
+        return "run" if self.run else "skip"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "input_id": self.input_id,
+            "group": self.group,
+            "label": self.label,
+            "decision": self.decision,
+            "time_check": self.time_check,
+            "gradient_check": self.gradient_check,
+            "reason": self.reason,
+            "numbers": self.numbers,
+        }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Run or skip the full performance suite, with every vote."""
+
+    votes: list[Vote]
+    parameters: dict[str, Any]
+    drift: float | None
+    close_band: tuple[float, float]
+    per_cluster: int
+    outside_inputs: list[str] = field(default_factory=list)
+
+    @property
+    def run_votes(self) -> int:
+        return sum(vote.run for vote in self.votes)
+
+    @property
+    def run_share(self) -> float:
+        return self.run_votes / len(self.votes) if self.votes else 0.0
+
+    @property
+    def decision(self) -> str:
+        # A tie runs the suite: a missed slowdown costs more than a needless run.
+        return "run" if self.votes and self.run_share >= 0.5 else "skip"
+
+    @property
+    def close(self) -> bool:
+        low, high = self.close_band
+        return bool(self.votes) and low <= self.run_share <= high
+
+    @property
+    def advice(self) -> dict[str, Any] | None:
+        if not self.close:
+            return None
+        larger = 2 * self.per_cluster
+        return {
+            "message": (
+                f"the vote is close ({self.run_share:.0%} run): profile a larger sample, "
+                f"{larger} inputs per cluster with the same seed, and decide again"
+            ),
+            "per_cluster": larger,
+        }
+
+    def seed_table(self) -> str:
+        """The votes laid out as the seed's Tables I and II (x: gradient check not needed)."""
+        labels = [vote.label for vote in self.votes]
+        time_row = [str(vote.time_check) for vote in self.votes]
+        gradient_row = [
+            "x" if vote.gradient_check is None else str(vote.gradient_check) for vote in self.votes
+        ]
+        rows = [["Checks", *labels], ["Timethreshold", *time_row], ["Gradient", *gradient_row]]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        return "\n".join(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision,
+            "run_share": self.run_share,
+            "run_votes": self.run_votes,
+            "votes_total": len(self.votes),
+            "close": self.close,
+            "advice": self.advice,
+            "drift": self.drift,
+            "parameters": self.parameters,
+            "outside_inputs": self.outside_inputs,
+            "votes": [vote.to_dict() for vote in self.votes],
+        }
+
+
+class RunOrSkipRecommender:
+    """Judge sampled inputs of a code update against the clustered baseline.
+
+    ``acceptable_slowdown`` bounds the drop of the slope statements/time (the
+    seed's gradient check; 0.38 by default, the seed's value). Since the
+    slope is statements per second, a drop d means the same statements take
+    1 / (1 - d) times as long: 38% is a 1.61-fold time.
+
+    ``time_tolerance`` raises every time threshold by that share before the
+    time check, so that run-to-run timing jitter of an unchanged input does not
+    vote "run" (0 gives the seed's exact rule).
+
+    ``reference``, when given to :meth:`recommend`, holds profiles of the
+    sampled inputs on the old code, measured in the same session as the
+    update (ideally alternating old and new). The gradient check then compares
+    with them instead of the baseline, and each time threshold is scaled by
+    the drift of its input: the ratio of its reference time to its baseline
+    time, which removes a machine that is slower or faster now than when the
+    baseline was profiled, even when its load changes while the sample is
+    profiled. An input without a reference profile of its own takes the
+    median drift of the others (``Recommendation.drift``).
+    """
+
+    def __init__(
+        self,
+        *,
+        acceptable_slowdown: float = 0.38,
+        time_tolerance: float = 0.10,
+        time_attribute: TimeAttribute = "cpu_time_s",
+        close_band: tuple[float, float] = (0.45, 0.55),
+    ) -> None:
+        self.acceptable_slowdown = acceptable_slowdown
+        self.time_tolerance = time_tolerance
+        self.time_attribute = time_attribute
+        self.close_band = close_band
+
+    def recommend(
+        self,
+        clustering: InputClustering,
+        update: Sequence[InputProfile],
+        *,
+        reference: Sequence[InputProfile] | None = None,
+        per_cluster: int = 3,
+    ) -> Recommendation:
+        self._check_parameters()
+        if not update:
+            raise ValueError("the update holds no input profiles")
+        reference_by_id = {p.input_id: p for p in reference or ()}
+        drifts = self._drifts(clustering, reference_by_id)
+        drift = float(np.median(list(drifts.values()))) if drifts else None
+        known = [p for p in update if p.input_id in clustering.labels_]
+        unknown = [p for p in update if p.input_id not in clustering.labels_]
+        groups = {p.input_id: clustering.labels_[p.input_id] for p in known}
+        predicted, inside = clustering.predict(unknown)
+        groups |= {
+            p.input_id: int(g) for p, g, ok in zip(unknown, predicted, inside, strict=True) if ok
+        }
+        # A new input outside every cluster has no baseline to be judged against.
+        outside = sorted(p.input_id for p, ok in zip(unknown, inside, strict=True) if not ok)
+        group_order = [c.label for c in clustering.clusters_]
+        votes: list[Vote] = []
+        for label in group_order:
+            members = clustering.member_profiles(label)
+            statements = np.array([p.statements for p in members], dtype=float)
+            times = np.array([self._time(p) for p in members], dtype=float)
+            in_group = sorted(
+                (p for p in update if groups.get(p.input_id) == label), key=lambda p: p.input_id
+            )
+            for position, profile in enumerate(in_group, start=1):
+                previous = reference_by_id.get(profile.input_id) or clustering.profiles_.get(
+                    profile.input_id
+                )
+                votes.append(
+                    self._vote(
+                        profile,
+                        previous,
+                        label=label,
+                        name=_vote_label(group_order.index(label) + 1, label, position),
+                        threshold=time_threshold(statements, times, profile.statements),
+                        drift=drifts.get(profile.input_id, drift),
+                    )
+                )
+        return Recommendation(
+            votes=votes,
+            parameters={
+                "acceptable_slowdown": self.acceptable_slowdown,
+                "time_tolerance": self.time_tolerance,
+                "time_attribute": self.time_attribute,
+                "close_band": list(self.close_band),
+            },
+            drift=drift,
+            close_band=self.close_band,
+            per_cluster=per_cluster,
+            outside_inputs=outside,
+        )
+
+    def _check_parameters(self) -> None:
+        if self.acceptable_slowdown < 0:
+            raise ValueError(
+                f"acceptable_slowdown must be 0 or more, got {self.acceptable_slowdown}"
+            )
+        if self.time_tolerance < 0:
+            raise ValueError(f"time_tolerance must be 0 or more, got {self.time_tolerance}")
+        if self.time_attribute not in ("cpu_time_s", "wall_time_s"):
+            raise ValueError(
+                f"time_attribute must be cpu_time_s or wall_time_s, got {self.time_attribute!r}"
+            )
+        low, high = self.close_band
+        if not 0 <= low <= high <= 1:
+            raise ValueError(f"close_band must satisfy 0 <= low <= high <= 1, got {low}, {high}")
+
+    def _time(self, profile: InputProfile) -> float:
+        return float(getattr(profile, self.time_attribute))
+
+    def _drifts(
+        self, clustering: InputClustering, reference: Mapping[str, InputProfile]
+    ) -> dict[str, float]:
+        """Per input: its time on the old code now over its time in the baseline."""
+        return {
+            input_id: self._time(profile) / self._time(clustering.profiles_[input_id])
+            for input_id, profile in reference.items()
+            if input_id in clustering.profiles_ and self._time(clustering.profiles_[input_id]) > 0
+        }
+
+    def _vote(
+        self,
+        profile: InputProfile,
+        previous: InputProfile | None,
+        *,
+        label: int,
+        name: str,
+        threshold: Threshold,
+        drift: float | None,
+    ) -> Vote:
+        time = self._time(profile)
+        scaled = threshold.value * (drift or 1.0)
+        previous_time = self._time(previous) if previous is not None else None
+        previous_statements = float(previous.statements) if previous is not None else None
+        decision = decide(
+            time,
+            float(profile.statements),
+            scaled,
+            previous_time=previous_time,
+            previous_statements=previous_statements,
+            acceptable_slowdown=self.acceptable_slowdown,
+            time_tolerance=self.time_tolerance,
+        )
+        limit = scaled * (1 + self.time_tolerance)
+        numbers: dict[str, float | str | None] = {
+            "time_s": time,
+            "statements": float(profile.statements),
+            "threshold_s": threshold.value,
+            "threshold_case": threshold.case,
+            "drift": drift,
+            "limit_s": limit,
+            "previous_time_s": previous_time,
+            "previous_statements": previous_statements,
+            "time_change": _relative(time, previous_time),
+            "statement_change": _relative(float(profile.statements), previous_statements),
+            "gradient_before": decision.gradient_before,
+            "gradient_after": decision.gradient_after,
+            "gradient_change": decision.gradient_change,
+        }
+        return Vote(
+            input_id=profile.input_id,
+            group=label,
+            label=name,
+            run=decision.run,
+            time_check=decision.time_check,
+            gradient_check=decision.gradient_check,
+            reason=self._reason(decision, time, limit, threshold, previous is None),
+            numbers=numbers,
+        )
+
+    def _reason(
+        self,
+        decision: Decision,
+        time: float,
+        limit: float,
+        threshold: Threshold,
+        no_previous: bool,
+    ) -> str:
+        time_text = (
+            f"time {time:.4g} s {'>' if decision.time_check else '<='} limit {limit:.4g} s "
+            f"({threshold.describe()})"
+        )
+        if decision.time_check:
+            return time_text
+        if decision.gradient_change is None:
+            why = "no earlier profile of this input" if no_previous else "a slope is undefined"
+            return f"{time_text}; gradient check not possible: {why}"
+        change = decision.gradient_change
+        movement = f"fell {change:.1%}" if change >= 0 else f"rose {-change:.1%}"
+        verdict = "more than" if decision.gradient_check else "within"
+        return (
+            f"{time_text}; slope statements/time {movement}, {verdict} the acceptable "
+            f"{self.acceptable_slowdown:.0%}"
+        )
+
+
+def _vote_label(group_number: int, label: int, position: int) -> str:
+    """C<cluster><input> as in the seed's tables; CN for the noise group."""
+    group = "N" if label == NOISE else str(group_number)
+    separator = "" if position < 10 and len(group) == 1 else "."
+    return f"C{group}{separator}{position}"
+
+
+def _relative(value: float, previous: float | None) -> float | None:
+    if previous is None or previous == 0 or not math.isfinite(previous):
+        return None
+    return value / previous - 1

@@ -1,0 +1,422 @@
+"""The SQL both backends share; subclasses supply the connection and the dialect.
+
+Statements are written with `?` placeholders and `{blob}`/`{real}`/`{serial}`
+type slots; a backend rewrites them once for its driver.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import orjson
+
+from perfwatch.store.base import (
+    CURSOR_NAMESPACE,
+    OutboxEntry,
+    Point,
+    SeriesKey,
+    SeriesState,
+    StateStore,
+    StoreError,
+    StoreTransaction,
+    StoreUnavailable,
+)
+
+_NO_LIMIT = 2**62  # both dialects accept a number; they disagree on "no limit"
+
+# Migrations in order; the schema version is the number applied.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE series (
+            series_id {serial},
+            series_key TEXT NOT NULL UNIQUE,
+            test TEXT NOT NULL,
+            metric TEXT NOT NULL,
+            length BIGINT NOT NULL DEFAULT 0,
+            max_timestamp {real},
+            next_arrival BIGINT NOT NULL DEFAULT 0,
+            version BIGINT NOT NULL DEFAULT 0,
+            analyzer_params TEXT,
+            analyzer_state {blob},
+            published TEXT NOT NULL DEFAULT '[]'
+        )""",
+        """CREATE TABLE points (
+            series_id BIGINT NOT NULL REFERENCES series (series_id),
+            run_id TEXT NOT NULL,
+            ts {real} NOT NULL,
+            arrival BIGINT NOT NULL,
+            value {real} NOT NULL,
+            commit_id TEXT,
+            time TEXT,
+            PRIMARY KEY (series_id, run_id)
+        )""",
+        "CREATE INDEX points_order ON points (series_id, ts, arrival)",
+        """CREATE TABLE verdicts (
+            seq {serial},
+            verdict_id TEXT NOT NULL UNIQUE,
+            series_key TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            partition_key TEXT NOT NULL,
+            document {blob} NOT NULL,
+            created_at {real} NOT NULL,
+            published_at {real}
+        )""",
+        "CREATE INDEX verdicts_outbox ON verdicts (owner, seq) WHERE published_at IS NULL",
+        "CREATE INDEX verdicts_series ON verdicts (series_key, seq)",
+        """CREATE TABLE blobs (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value {blob} NOT NULL,
+            updated_at {real} NOT NULL,
+            PRIMARY KEY (namespace, key)
+        )""",
+    ),
+)
+
+_SERIES_COLUMNS = (
+    "series_id, series_key, length, max_timestamp, next_arrival, version, "
+    "analyzer_params, published"
+)
+_POINT_COLUMNS = "run_id, value, ts, commit_id, time"
+_VERDICT_COLUMNS = (
+    "seq, verdict_id, owner, kind, series_key, partition_key, document, created_at, published_at"
+)
+
+
+def _series_from_row(row: Sequence[Any]) -> SeriesState:
+    series_id, key, length, max_ts, next_arrival, version, params, published = row
+    return SeriesState(
+        series_id=series_id,
+        key=SeriesKey.from_canonical(key),
+        length=length,
+        max_timestamp=max_ts,
+        next_arrival=next_arrival,
+        version=version,
+        analyzer_params=orjson.loads(params) if params else None,
+        published=orjson.loads(published),
+    )
+
+
+def _point_from_row(row: Sequence[Any]) -> Point:
+    run_id, value, ts, commit, when = row
+    return Point(run_id=run_id, value=value, timestamp=ts, commit=commit, time=when)
+
+
+def _outbox_from_row(row: Sequence[Any]) -> OutboxEntry:
+    seq, verdict_id, owner, kind, series_key, partition_key, document, created, published = row
+    return OutboxEntry(
+        seq=seq,
+        verdict_id=verdict_id,
+        owner=owner,
+        kind=kind,
+        series_key=series_key,
+        partition_key=partition_key,
+        document=bytes(document),
+        created_at=created,
+        published_at=published,
+    )
+
+
+class SqlTransaction(StoreTransaction):
+    def __init__(self, store: SqlStore, cursor: Any) -> None:
+        super().__init__()
+        self._store = store
+        self._cursor = cursor
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        self._cursor.execute(self._store.dialect(sql), params)
+        return self._cursor
+
+    def lock_series(self, keys: Sequence[SeriesKey]) -> dict[SeriesKey, SeriesState]:
+        if not keys:
+            return {}
+        # One order for inserting and locking: concurrent processors cannot deadlock.
+        ordered = sorted({key.canonical: key for key in keys}.items())
+        self._cursor.executemany(
+            self._store.dialect(
+                "INSERT INTO series (series_key, test, metric) VALUES (?, ?, ?) "
+                "ON CONFLICT (series_key) DO NOTHING"
+            ),
+            [(canonical, key.test, key.metric) for canonical, key in ordered],
+        )
+        marks = ", ".join("?" for _ in ordered)
+        rows = self._execute(
+            f"SELECT {_SERIES_COLUMNS} FROM series WHERE series_key IN ({marks}) "
+            f"ORDER BY series_key{self._store.lock_clause}",
+            [canonical for canonical, _ in ordered],
+        ).fetchall()
+        states = {state.key: state for state in map(_series_from_row, rows)}
+        if len(states) != len(ordered):
+            raise StoreError("series rows vanished while locking them")
+        return states
+
+    def add_point(self, series: SeriesState, point: Point) -> int | None:
+        inserted = self._execute(
+            "INSERT INTO points (series_id, run_id, ts, arrival, value, commit_id, time) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (series_id, run_id) DO NOTHING",
+            (
+                series.series_id,
+                point.run_id,
+                point.timestamp,
+                series.next_arrival,
+                point.value,
+                point.commit,
+                point.time,
+            ),
+        ).rowcount
+        if inserted == 0:
+            return None
+        if series.max_timestamp is None or point.timestamp >= series.max_timestamp:
+            position = series.length  # the common case: the newest run goes last
+            series.max_timestamp = point.timestamp
+        else:
+            # A late run: it follows every point with a timestamp not after its own
+            # (equal timestamps arrived earlier), and precedes the rest.
+            position = self._execute(
+                "SELECT COUNT(*) FROM points WHERE series_id = ? AND ts <= ? AND run_id <> ?",
+                (series.series_id, point.timestamp, point.run_id),
+            ).fetchone()[0]
+        series.length += 1
+        series.next_arrival += 1
+        return int(position)
+
+    def points(self, series_id: int, start: int = 0, stop: int | None = None) -> list[Point]:
+        limit = _NO_LIMIT if stop is None else max(stop - start, 0)
+        rows = self._execute(
+            f"SELECT {_POINT_COLUMNS} FROM points WHERE series_id = ? "
+            "ORDER BY ts, arrival LIMIT ? OFFSET ?",
+            (series_id, limit, start),
+        ).fetchall()
+        return [_point_from_row(row) for row in rows]
+
+    def analyzer_state(self, series_id: int) -> bytes | None:
+        row = self._execute(
+            "SELECT analyzer_state FROM series WHERE series_id = ?", (series_id,)
+        ).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
+    def save_series(self, series: SeriesState, analyzer_state: bytes | None) -> None:
+        series.version += 1
+        params = None if series.analyzer_params is None else orjson.dumps(series.analyzer_params)
+        self._execute(
+            "UPDATE series SET length = ?, max_timestamp = ?, next_arrival = ?, version = ?, "
+            "analyzer_params = ?, analyzer_state = ?, published = ? WHERE series_id = ?",
+            (
+                series.length,
+                series.max_timestamp,
+                series.next_arrival,
+                series.version,
+                None if params is None else params.decode(),
+                analyzer_state,
+                orjson.dumps(series.published).decode(),
+                series.series_id,
+            ),
+        )
+
+    def add_verdict(
+        self,
+        verdict_id: str,
+        kind: str,
+        document: bytes,
+        owner: str,
+        partition_key: str,
+        series_key: str = "",
+    ) -> bool:
+        return (
+            self._execute(
+                "INSERT INTO verdicts (verdict_id, series_key, kind, owner, partition_key, "
+                "document, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (verdict_id) DO NOTHING",
+                (verdict_id, series_key, kind, owner, partition_key, document, time.time()),
+            ).rowcount
+            == 1
+        )
+
+    def mark_published(self, verdict_ids: Sequence[str], published_at: float) -> None:
+        self._cursor.executemany(
+            self._store.dialect(
+                "UPDATE verdicts SET published_at = ? WHERE verdict_id = ? AND published_at IS NULL"
+            ),
+            [(published_at, verdict_id) for verdict_id in verdict_ids],
+        )
+
+    def get_blob(self, namespace: str, key: str) -> bytes | None:
+        row = self._execute(
+            "SELECT value FROM blobs WHERE namespace = ? AND key = ?", (namespace, key)
+        ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put_blob(self, namespace: str, key: str, value: bytes) -> None:
+        self._execute(
+            "INSERT INTO blobs (namespace, key, value, updated_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
+            "updated_at = excluded.updated_at",
+            (namespace, key, value, time.time()),
+        )
+
+
+class SqlStore(StateStore):
+    """Shared implementation; a backend sets the class attributes and `_connect`."""
+
+    placeholder = "?"
+    types: ClassVar[dict[str, str]]
+    unavailable_errors: tuple[type[BaseException], ...] = ()
+    lock_clause = ""  # appended to the series SELECT to lock rows
+    begin_sql = "BEGIN"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.RLock()
+        self._connection = self._connect()
+        self._migrate()
+
+    @abstractmethod
+    def _connect(self) -> Any: ...
+
+    @abstractmethod
+    def _lock_migrations(self, cursor: Any) -> None:
+        """Serialise concurrent migrations (runs inside the migration transaction)."""
+
+    def dialect(self, sql: str) -> str:
+        return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
+
+    @contextmanager
+    def _cursor_in_transaction(self) -> Iterator[Any]:
+        with self._lock, self._translate_errors():
+            cursor = self._connection.cursor()
+            cursor.execute(self.begin_sql)
+            try:
+                yield cursor
+            except BaseException:
+                if not self._connection_lost():
+                    cursor.execute("ROLLBACK")
+                raise
+            else:
+                cursor.execute("COMMIT")
+            finally:
+                cursor.close()
+
+    @contextmanager
+    def _translate_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except self.unavailable_errors as err:
+            raise StoreUnavailable(f"{self.url}: {err}") from err
+
+    @abstractmethod
+    def _connection_lost(self) -> bool: ...
+
+    @contextmanager
+    def transaction(self) -> Iterator[StoreTransaction]:
+        with self._cursor_in_transaction() as cursor:
+            tx = SqlTransaction(self, cursor)
+            yield tx
+        tx.run_after_commit()
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock, self._translate_errors():
+            cursor = self._connection.cursor()
+            try:
+                cursor.execute(self.dialect(sql), params)
+                return cursor.fetchall()
+            finally:
+                cursor.close()
+
+    def _migrate(self) -> None:
+        with self._cursor_in_transaction() as cursor:
+            self._lock_migrations(cursor)
+            cursor.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            cursor.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+            row = cursor.fetchone()
+            current = int(row[0]) if row else 0
+            if current > len(MIGRATIONS):
+                raise StoreError(
+                    f"{self.url}: schema version {current} is newer than this perfwatch "
+                    f"understands ({len(MIGRATIONS)}); upgrade perfwatch"
+                )
+            for statements in MIGRATIONS[current:]:
+                for statement in statements:
+                    cursor.execute(statement.format(**self.types))
+            if current < len(MIGRATIONS):
+                cursor.execute(
+                    self.dialect(
+                        "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                    ),
+                    (str(len(MIGRATIONS)),),
+                )
+
+    def unpublished(
+        self, owner: str | None = None, created_before: float | None = None, limit: int = 10_000
+    ) -> list[OutboxEntry]:
+        sql = f"SELECT {_VERDICT_COLUMNS} FROM verdicts WHERE published_at IS NULL"
+        params: list[Any] = []
+        if owner is not None:
+            sql += " AND owner = ?"
+            params.append(owner)
+        if created_before is not None:
+            sql += " AND created_at < ?"
+            params.append(created_before)
+        sql += " ORDER BY seq LIMIT ?"
+        params.append(limit)
+        return [_outbox_from_row(row) for row in self._read(sql, params)]
+
+    def mark_published(
+        self, verdict_ids: Sequence[str], cursor: tuple[str, bytes] | None = None
+    ) -> None:
+        with self._cursor_in_transaction() as raw_cursor:
+            tx = SqlTransaction(self, raw_cursor)
+            if verdict_ids:
+                tx.mark_published(verdict_ids, time.time())
+            if cursor is not None:
+                owner, message_id = cursor
+                tx.put_blob(CURSOR_NAMESPACE, owner, message_id)
+
+    def verdicts(
+        self, series_key: SeriesKey | None = None, kind: str | None = None
+    ) -> Iterator[OutboxEntry]:
+        sql = f"SELECT {_VERDICT_COLUMNS} FROM verdicts WHERE 1 = 1"
+        params: list[Any] = []
+        if series_key is not None:
+            sql += " AND series_key = ?"
+            params.append(series_key.canonical)
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        sql += " ORDER BY seq"
+        return iter([_outbox_from_row(row) for row in self._read(sql, params)])
+
+    def series_keys(self) -> list[SeriesKey]:
+        rows = self._read("SELECT series_key FROM series ORDER BY series_key")
+        return [SeriesKey.from_canonical(row[0]) for row in rows]
+
+    def series_count(self) -> int:
+        return int(self._read("SELECT COUNT(*) FROM series")[0][0])
+
+    def series_points(self, key: SeriesKey) -> list[Point]:
+        rows = self._read(
+            f"SELECT {_POINT_COLUMNS} FROM points JOIN series USING (series_id) "
+            "WHERE series_key = ? ORDER BY ts, arrival",
+            (key.canonical,),
+        )
+        return [_point_from_row(row) for row in rows]
+
+    def published_change_points(self, key: SeriesKey) -> list[dict[str, Any]]:
+        rows = self._read("SELECT published FROM series WHERE series_key = ?", (key.canonical,))
+        return orjson.loads(rows[0][0]) if rows else []
+
+    def get_blob(self, namespace: str, key: str) -> bytes | None:
+        rows = self._read(
+            "SELECT value FROM blobs WHERE namespace = ? AND key = ?", (namespace, key)
+        )
+        return bytes(rows[0][0]) if rows else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()

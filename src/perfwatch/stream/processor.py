@@ -1,0 +1,585 @@
+"""The stream processor: receive a batch -> validate -> store -> detect -> publish -> ack.
+
+Per record, the handlers' state changes and the verdicts they produce are
+committed in one store transaction (the verdicts into an outbox). After the
+batch, the processor publishes its outbox in order, records what was published
+and only then acknowledges the batch. docs/processor.md gives the argument for
+why this yields every verdict exactly once in effect across crashes of the
+processor, the broker and redelivery.
+
+Bad input (undecodable, invalid JSON, schema, non-finite, oversized, unknown
+version) goes to the dead-letter topic at once with the reason in properties.
+A valid record whose processing raises is negatively acknowledged (redelivered
+after `nack_delay_ms`) and dead-lettered with its traceback once its
+redelivery count reaches `max_redeliveries`. A store that cannot be reached
+stops the processor instead: no record is dead-lettered for an outage.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pulsar
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from perfwatch.config import Config
+from perfwatch.records import RecordError, dumps, parse_record
+from perfwatch.store import CURSOR_NAMESPACE, SeriesKey, StateStore, StoreUnavailable
+from perfwatch.stream.brokers import admin_request
+from perfwatch.stream.handlers import RecordHandler, build_handlers
+
+log = logging.getLogger("perfwatch.processor")
+
+PROCESSING_ERROR = "processing_error"
+_MAX_PROPERTY_CHARS = 8192
+_HOUSEKEEPING_INTERVAL_S = 5.0
+_PUBLISH_TIMEOUT_S = 60.0
+_READ_BACK_TIMEOUT_MS = 10_000
+_QUIET_MS = 1_000  # reading back a topic whose end the broker cannot report
+
+
+class ProcessorError(RuntimeError):
+    """The processor cannot start or continue as configured."""
+
+
+class PublishError(RuntimeError):
+    """The broker did not confirm a verdict."""
+
+
+@dataclass(frozen=True)
+class ProcessorMetrics:
+    """The processor's Prometheus metrics, in their own registry."""
+
+    registry: CollectorRegistry
+    records_processed: Counter
+    dead_lettered: Counter
+    redelivered: Counter
+    verdicts: Counter
+    series: Gauge
+    latency: Histogram
+    verdict_lag: Histogram
+
+    @classmethod
+    def create(cls) -> ProcessorMetrics:
+        registry = CollectorRegistry()
+        return cls(
+            registry=registry,
+            records_processed=Counter(
+                "perfwatch_records_processed",
+                "Valid records processed (state committed)",
+                registry=registry,
+            ),
+            dead_lettered=Counter(
+                "perfwatch_records_dead_lettered",
+                "Messages sent to the dead-letter topic, by reason",
+                ["reason"],
+                registry=registry,
+            ),
+            redelivered=Counter(
+                "perfwatch_records_redelivered",
+                "Messages received with a redelivery count above zero",
+                registry=registry,
+            ),
+            verdicts=Counter(
+                "perfwatch_verdicts_published",
+                "Verdicts published, by kind",
+                ["kind"],
+                registry=registry,
+            ),
+            series=Gauge("perfwatch_series", "Series in the state store", registry=registry),
+            latency=Histogram(
+                "perfwatch_processing_latency_seconds",
+                "From receiving a message to acknowledging it",
+                registry=registry,
+            ),
+            verdict_lag=Histogram(
+                "perfwatch_verdict_lag_seconds",
+                "From the record's publication to the broker's receipt of its verdict",
+                buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+                registry=registry,
+            ),
+        )
+
+    def _total(self, name: str) -> float:
+        return sum(
+            sample.value
+            for metric in self.registry.collect()
+            if metric.name == name
+            for sample in metric.samples
+            if sample.name == f"{name}_total"
+        )
+
+    def records_processed_total(self) -> float:
+        return self._total("perfwatch_records_processed")
+
+    def dead_lettered_total(self) -> float:
+        return self._total("perfwatch_records_dead_lettered")
+
+    def settled(self) -> float:
+        """Messages finished for good: processed, or dead-lettered."""
+        return self.records_processed_total() + self.dead_lettered_total()
+
+    def serve(self, host: str, port: int) -> Callable[[], None]:
+        """Expose /metrics on host:port; returns the function that stops it."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+
+        def stop() -> None:
+            server.shutdown()
+            server.server_close()
+            thread.join(5)
+
+        return stop
+
+
+# Attributes every LogRecord has; anything else was passed in `extra=`.
+_LOG_RECORD_ATTRIBUTES = frozenset(
+    set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+)
+
+
+def _extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _LOG_RECORD_ATTRIBUTES}
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and the `extra=` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        document = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            **_extra_fields(record),
+        }
+        if record.exc_info:
+            document["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(document, default=str).decode()
+
+
+class TextLogFormatter(logging.Formatter):
+    """`time level logger: message key=value ...`"""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(f"{k}={v}" for k, v in _extra_fields(record).items())
+        text = super().format(record)
+        return f"{text} {fields}" if fields else text
+
+
+def configure_logging(log_format: str, level: str) -> None:
+    """Send perfwatch's logs to stderr as text or JSON lines."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLogFormatter() if log_format == "json" else TextLogFormatter())
+    root = logging.getLogger("perfwatch")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def enable_verdict_deduplication(admin_url: str, topic: str, auth_token: str | None = None) -> bool:
+    """Turn on broker deduplication for the verdicts topic (topic policy); True on success.
+
+    With it, a verdict re-sent after a crash under the same producer name and
+    sequence id is dropped by the broker.
+    """
+    path = "/admin/v2/" + topic.replace("://", "/", 1) + "/deduplication"
+    try:
+        status, body = admin_request(admin_url, "POST", path, body=True, auth_token=auth_token)
+    except OSError as err:
+        status, body = 0, str(err).encode()
+    if status in (200, 204):
+        return True
+    log.warning(
+        "could not enable deduplication on the verdicts topic; the outbox read-back "
+        "still prevents duplicates after a processor crash",
+        extra={"topic": topic, "status": status, "answer": body[:200].decode(errors="replace")},
+    )
+    return False
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_PROPERTY_CHARS else text[: _MAX_PROPERTY_CHARS - 3] + "..."
+
+
+class Processor:
+    """One consumer of the records topic. `run(stop)` until `stop` is set."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: StateStore,
+        client: pulsar.Client,
+        *,
+        subscription_type: pulsar.ConsumerType,
+        handlers: Sequence[RecordHandler] | None = None,
+        metrics: ProcessorMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.name = config.consumer.name
+        self.store = store
+        self.client = client
+        self.metrics = metrics or ProcessorMetrics.create()
+        self._subscription_type = subscription_type
+        self._handlers = list(handlers) if handlers is not None else build_handlers(config)
+        self._consumer: pulsar.Consumer | None = None
+        self._verdict_producer: pulsar.Producer | None = None
+        self._dead_letter_producer: pulsar.Producer | None = None
+        self._next_housekeeping = 0.0
+
+    # --- life cycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect producers, publish what a previous run left in the outbox, subscribe."""
+        topics = self.config.topics
+        consumer = self.config.consumer
+        try:
+            self._verdict_producer = self._open_verdict_producer(self.name)
+        except pulsar.ProducerBusy:
+            raise ProcessorError(
+                f"another processor named {self.name!r} is connected to {topics.verdicts}; "
+                "give each processor its own consumer name"
+            ) from None
+        self._dead_letter_producer = self.client.create_producer(
+            topics.dead_letter,
+            producer_name=f"{self.name}-dead-letter",
+            block_if_queue_full=True,
+        )
+        self._recover(self.name, self._verdict_producer)
+        self._consumer = self.client.subscribe(
+            topics.records,
+            consumer.subscription,
+            consumer_type=self._subscription_type,
+            consumer_name=self.name,
+            receiver_queue_size=consumer.receiver_queue_size,
+            negative_ack_redelivery_delay_ms=consumer.nack_delay_ms,
+            initial_position=pulsar.InitialPosition.Earliest,
+            batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(
+                consumer.batch_size, -1, consumer.batch_timeout_ms
+            ),
+        )
+        log.info(
+            "processor started",
+            extra={
+                "consumer": self.name,
+                "topic": topics.records,
+                "subscription": consumer.subscription,
+                "subscription_type": str(self._subscription_type),
+                "store": self.store.url.split("@")[-1],
+            },
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        """Process batches until `stop` is set, then finish the batch in hand and close."""
+        self.start()
+        try:
+            while not stop.is_set():
+                self.poll_once()
+                self._housekeeping()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Flush producers and close the consumer (unacknowledged messages are redelivered)."""
+        for producer in (self._verdict_producer, self._dead_letter_producer):
+            if producer is not None:
+                try:
+                    producer.flush()
+                    producer.close()
+                except pulsar.PulsarException as err:
+                    log.warning("closing a producer failed", extra={"error": str(err)})
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except pulsar.PulsarException as err:
+                log.warning("closing the consumer failed", extra={"error": str(err)})
+        self._consumer = self._verdict_producer = self._dead_letter_producer = None
+        log.info("processor stopped", extra={"consumer": self.name})
+
+    # --- one batch ---------------------------------------------------------------------
+
+    def poll_once(self) -> int:
+        """Receive and process one batch; the number of messages handled."""
+        assert self._consumer is not None and self._verdict_producer is not None
+        messages = self._consumer.batch_receive()
+        if not messages:
+            return 0
+        received = time.monotonic()
+        valid: list[pulsar.Message] = []
+        published_ms: dict[str, int] = {}  # verdict id -> its record's publish time
+        for message in messages:
+            if message.redelivery_count() > 0:
+                self.metrics.redelivered.inc()
+            verdict_ids = self._process(message)
+            if verdict_ids is None:
+                continue
+            valid.append(message)
+            for verdict_id in verdict_ids:
+                published_ms[verdict_id] = message.publish_timestamp()
+        try:
+            self._publish_outbox(self.name, self._verdict_producer, published_ms)
+        except PublishError as err:
+            # The state is committed; redelivered records change nothing and
+            # are acknowledged after the next successful publication.
+            log.error("publishing verdicts failed", extra={"error": str(err)})
+            for message in valid:
+                self._consumer.negative_acknowledge(message)
+            return len(messages)
+        for message in valid:
+            self._consumer.acknowledge(message)
+        elapsed = time.monotonic() - received
+        for _ in messages:
+            self.metrics.latency.observe(elapsed)
+        return len(messages)
+
+    def _process(self, message: pulsar.Message) -> list[str] | None:
+        """Handle one message; the ids of the verdicts it queued, or None if it is
+        already settled (dead-lettered and acknowledged, or negatively acknowledged)."""
+        assert self._consumer is not None
+        try:
+            record = parse_record(message.data(), max_bytes=self.config.consumer.max_record_bytes)
+        except RecordError as err:
+            self._dead_letter(message, str(err.kind), err.path, err.message)
+            return None
+        try:
+            emitted_at = datetime.now(UTC)
+            queued = []
+            with self.store.transaction() as tx:
+                for handler in self._handlers:
+                    for verdict in handler.handle(record, tx, emitted_at):
+                        series = verdict.series
+                        series_key = (
+                            SeriesKey.of(series.test, series.metric, series.attributes).canonical
+                            if series.metric is not None
+                            else ""
+                        )
+                        if tx.add_verdict(
+                            verdict.verdict_id,
+                            verdict.kind,
+                            dumps(verdict),
+                            self.name,
+                            record.test,
+                            series_key,
+                        ):
+                            queued.append(verdict.verdict_id)
+        except StoreUnavailable:
+            raise
+        except Exception as err:
+            if message.redelivery_count() >= self.config.consumer.max_redeliveries:
+                self._dead_letter(
+                    message,
+                    PROCESSING_ERROR,
+                    "$",
+                    f"{type(err).__name__}: {err}",
+                    trace=traceback.format_exc(),
+                )
+            else:
+                log.warning(
+                    "processing a record failed; it will be redelivered",
+                    extra={
+                        "message_id": str(message.message_id()),
+                        "redelivery_count": message.redelivery_count(),
+                        "error": f"{type(err).__name__}: {err}",
+                    },
+                )
+                self._consumer.negative_acknowledge(message)
+            return None
+        self.metrics.records_processed.inc()
+        return queued
+
+    def _dead_letter(
+        self, message: pulsar.Message, reason: str, path: str, detail: str, trace: str = ""
+    ) -> None:
+        """Send the original bytes to the dead-letter topic, then acknowledge."""
+        assert self._consumer is not None and self._dead_letter_producer is not None
+        properties = dict(message.properties())
+        properties.update(
+            {
+                "perfwatch.error.kind": reason,
+                "perfwatch.error.path": path,
+                "perfwatch.error.message": _clip(detail),
+                "perfwatch.source.topic": message.topic_name(),
+                "perfwatch.source.message_id": str(message.message_id()),
+                "perfwatch.source.redelivery_count": str(message.redelivery_count()),
+                "perfwatch.consumer": self.name,
+            }
+        )
+        if trace:
+            properties["perfwatch.error.traceback"] = _clip(trace)
+        send: dict[str, Any] = {"properties": properties}
+        if message.partition_key():
+            send["partition_key"] = message.partition_key()
+        self._dead_letter_producer.send(message.data(), **send)
+        self._consumer.acknowledge(message)
+        self.metrics.dead_lettered.labels(reason).inc()
+        log.warning(
+            "record dead-lettered",
+            extra={
+                "reason": reason,
+                "path": path,
+                "error": detail,
+                "message_id": str(message.message_id()),
+            },
+        )
+
+    # --- the outbox ----------------------------------------------------------------------
+
+    def _open_verdict_producer(self, owner: str) -> pulsar.Producer:
+        # The producer is named after the outbox owner: on a broker with
+        # deduplication, (name, sequence id = outbox seq) makes a re-send a no-op,
+        # and Pulsar admits one producer per name, fencing a second publisher.
+        return self.client.create_producer(
+            self.config.topics.verdicts,
+            producer_name=owner,
+            block_if_queue_full=True,
+            batching_enabled=False,
+        )
+
+    def _publish_outbox(
+        self, owner: str, producer: pulsar.Producer, published_ms: dict[str, int] | None = None
+    ) -> None:
+        """Publish the owner's unpublished verdicts in commit order; mark those confirmed."""
+        entries = self.store.unpublished(owner=owner)
+        if not entries:
+            return
+        done = threading.Condition()
+        results: list[tuple[pulsar.Result, pulsar.MessageId] | None] = [None] * len(entries)
+
+        def callback_for(i: int) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
+            def callback(result: pulsar.Result, message_id: pulsar.MessageId) -> None:
+                with done:
+                    results[i] = (result, message_id)
+                    done.notify_all()
+
+            return callback
+
+        for i, entry in enumerate(entries):
+            producer.send_async(
+                entry.document,
+                callback_for(i),
+                properties={"verdict_id": entry.verdict_id, "kind": entry.kind},
+                partition_key=entry.partition_key,
+                sequence_id=entry.seq,
+            )
+        producer.flush()
+        with done:
+            done.wait_for(lambda: all(r is not None for r in results), _PUBLISH_TIMEOUT_S)
+        confirmed_at = time.time()
+        confirmed: list[str] = []
+        last_id: pulsar.MessageId | None = None
+        for entry, outcome in zip(entries, results, strict=True):
+            if outcome is None or outcome[0] != pulsar.Result.Ok:
+                break  # keep order: later ones are re-sent after this one
+            confirmed.append(entry.verdict_id)
+            last_id = outcome[1]
+            self.metrics.verdicts.labels(entry.kind).inc()
+            if published_ms and entry.verdict_id in published_ms:
+                lag = confirmed_at - published_ms[entry.verdict_id] / 1000.0
+                self.metrics.verdict_lag.observe(max(lag, 0.0))
+        if confirmed:
+            assert last_id is not None
+            self.store.mark_published(confirmed, cursor=(owner, last_id.serialize()))
+            for entry in entries[: len(confirmed)]:
+                log.info(
+                    "verdict published",
+                    extra={
+                        "verdict_id": entry.verdict_id,
+                        "kind": entry.kind,
+                        "series": entry.series_key,
+                        "owner": owner,
+                    },
+                )
+        if len(confirmed) < len(entries):
+            failed = results[len(confirmed)]
+            reason = "no confirmation" if failed is None else str(failed[0])
+            raise PublishError(
+                f"{len(entries) - len(confirmed)} verdict(s) not published: {reason}"
+            )
+
+    def _recover(self, owner: str, producer: pulsar.Producer) -> None:
+        """Settle `owner`'s outbox after a crash: mark what reached the topic, send the rest."""
+        entries = self.store.unpublished(owner=owner)
+        if not entries:
+            return
+        pending = {entry.verdict_id for entry in entries}
+        # A broker with deduplication reports the last sequence id it stored.
+        on_topic = {e.verdict_id for e in entries if e.seq <= producer.last_sequence_id()}
+        found, last_id = self._verdict_ids_on_topic(owner, pending)
+        on_topic |= found
+        if on_topic:
+            cursor = None if last_id is None else (owner, last_id.serialize())
+            self.store.mark_published(sorted(on_topic), cursor=cursor)
+        log.info(
+            "outbox recovered",
+            extra={
+                "owner": owner,
+                "already_published": len(on_topic),
+                "to_publish": len(pending - on_topic),
+            },
+        )
+        self._publish_outbox(owner, producer)
+
+    def _verdict_ids_on_topic(
+        self, owner: str, wanted: set[str]
+    ) -> tuple[set[str], pulsar.MessageId | None]:
+        """Verdict ids `owner` published after its last recorded message (read back)."""
+        cursor = self.store.get_blob(CURSOR_NAMESPACE, owner)
+        start = (
+            pulsar.MessageId.earliest if cursor is None else pulsar.MessageId.deserialize(cursor)
+        )
+        reader = self.client.create_reader(self.config.topics.verdicts, start)
+        found: set[str] = set()
+        last_id = None
+        try:
+            while True:
+                try:
+                    available: bool | None = reader.has_message_available()
+                except pulsar.PulsarException:
+                    available = None  # pulsar-lite cannot tell on a topic never written to
+                if available is False:
+                    break
+                try:
+                    message = reader.read_next(
+                        timeout_millis=_READ_BACK_TIMEOUT_MS if available else _QUIET_MS
+                    )
+                except pulsar.Timeout:
+                    break
+                verdict_id = message.properties().get("verdict_id")
+                if message.producer_name() == owner and verdict_id in wanted:
+                    found.add(verdict_id)
+                    last_id = message.message_id()
+        finally:
+            reader.close()
+        return found, last_id
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        if now < self._next_housekeeping:
+            return
+        self._next_housekeeping = now + _HOUSEKEEPING_INTERVAL_S
+        self.metrics.series.set(self.store.series_count())
+        self._adopt_orphans()
+
+    def _adopt_orphans(self) -> None:
+        """Publish verdicts other processors committed but never published (they died)."""
+        stale_before = time.time() - self.config.consumer.orphan_after_s
+        owners = {e.owner for e in self.store.unpublished(created_before=stale_before)}
+        for owner in sorted(owners - {self.name}):
+            try:
+                producer = self._open_verdict_producer(owner)
+            except pulsar.ProducerBusy:
+                continue  # its owner is alive and connected: it will publish them
+            try:
+                self._recover(owner, producer)
+            finally:
+                producer.close()

@@ -1,0 +1,294 @@
+"""Shared by the processor tests and the stream benchmark: records, runners, checks."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pulsar
+
+from perfwatch.config import Config
+from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
+from perfwatch.records import RECORD_SCHEMA, format_rfc3339
+from perfwatch.store import SeriesKey, StateStore
+from perfwatch.stream.brokers import BrokerHandle
+from perfwatch.stream.processor import Processor, ProcessorMetrics
+
+T0 = datetime(2024, 1, 1, 2, 0, tzinfo=UTC)
+
+
+def record_bytes(test: str, run: int, metrics: dict[str, float], branch: str = "main") -> bytes:
+    return orjson.dumps(
+        {
+            "schema": RECORD_SCHEMA,
+            "test": test,
+            "run_id": f"{test}#{run}",
+            "commit": f"c{run:05d}",
+            "branch": branch,
+            "timestamp": format_rfc3339(T0 + timedelta(hours=run)),
+            "metrics": {
+                name: {"value": value, "direction": "lower_is_better"}
+                for name, value in metrics.items()
+            },
+        }
+    )
+
+
+def stepped_values(
+    rng: random.Random, runs: int, steps: Sequence[tuple[int, float]]
+) -> list[float]:
+    """Noisy values around 100 that jump by the given factors at the given runs."""
+    values = []
+    level = 100.0
+    pending = sorted(steps)
+    for run in range(runs):
+        while pending and pending[0][0] == run:
+            level *= pending.pop(0)[1]
+        values.append(round(level * (1 + rng.gauss(0, 0.01)), 4))
+    return values
+
+
+def history(
+    tests: int, metrics: int, runs: int, seed: int = 1
+) -> tuple[list[tuple[str, bytes]], dict[tuple[str, str], list[float]]]:
+    """Messages (key, payload) in run order and the values of every series.
+
+    Each series gets one or two steps at seeded places."""
+    rng = random.Random(seed)
+    series: dict[tuple[str, str], list[float]] = {}
+    for t in range(tests):
+        for m in range(metrics):
+            first = rng.randrange(runs // 4, runs // 2)
+            steps = [(first, rng.choice((1.15, 0.85)))]
+            if rng.random() < 0.5 and first + 10 < runs - 5:
+                steps.append((rng.randrange(first + 10, runs - 5), rng.choice((1.2, 0.8))))
+            series[(f"test{t:04d}", f"metric{m:02d}")] = stepped_values(rng, runs, steps)
+    messages = []
+    for run in range(runs):
+        for t in range(tests):
+            test = f"test{t:04d}"
+            values = {
+                f"metric{m:02d}": series[(test, f"metric{m:02d}")][run] for m in range(metrics)
+            }
+            messages.append((test, record_bytes(test, run, values)))
+    return messages, series
+
+
+def processor_config(store_url: str, topics: dict[str, str], **consumer: Any) -> Config:
+    base = Config()
+    return replace(
+        base,
+        store=replace(base.store, url=store_url),
+        topics=replace(base.topics, **topics),
+        consumer=replace(
+            base.consumer,
+            subscription=f"sub-{uuid.uuid4().hex[:8]}",
+            name=consumer.pop("name", f"proc-{uuid.uuid4().hex[:8]}"),
+            **consumer,
+        ),
+    )
+
+
+def unique_topics(make: Callable[[str], str]) -> dict[str, str]:
+    return {"records": make("records"), "verdicts": make("verdicts"), "dead_letter": make("dlq")}
+
+
+class RunningProcessor:
+    """A processor consuming in a thread (see `running_processor`)."""
+
+    def __init__(self, processor: Processor) -> None:
+        self.processor = processor
+        self.metrics = processor.metrics
+        self.errors: list[BaseException] = []
+
+    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
+        """Like `wait_until`, failing at once if the processor thread died."""
+
+        def done() -> bool:
+            assert not self.errors, f"the processor failed: {self.errors[0]!r}"
+            return condition()
+
+        wait_until(done, timeout, what)
+
+
+@contextmanager
+def running_processor(
+    config: Config, store: StateStore, client: pulsar.Client, broker: BrokerHandle, **kwargs: Any
+) -> Iterator[RunningProcessor]:
+    """A processor consuming in a thread; stopped (gracefully) on exit."""
+    runner = RunningProcessor(
+        Processor(config, store, client, subscription_type=broker.subscription_type(), **kwargs)
+    )
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            runner.processor.run(stop)
+        except BaseException as err:
+            runner.errors.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield runner
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not runner.errors, runner.errors
+
+
+def publish(client: pulsar.Client, topic: str, messages: Sequence[tuple[str, bytes]]) -> None:
+    # Key-based batches: a Key_Shared subscription can hand each key to its consumer.
+    producer = client.create_producer(
+        topic,
+        block_if_queue_full=True,
+        batching_enabled=True,
+        batching_type=pulsar.BatchingType.KeyBased,
+    )
+    try:
+        for key, payload in messages:
+            producer.send_async(payload, None, partition_key=key)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def settled(metrics: ProcessorMetrics, expected: int) -> Callable[[], bool]:
+    return lambda: metrics.settled() >= expected
+
+
+def read_all(client: pulsar.Client, topic: str, idle_ms: int = 1500) -> list[pulsar.Message]:
+    """Every message on a topic, from the start (a fresh Shared subscription)."""
+    consumer = client.subscribe(
+        topic,
+        f"read-{uuid.uuid4().hex[:8]}",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    messages = []
+    try:
+        while True:
+            try:
+                message = consumer.receive(timeout_millis=idle_ms)
+            except pulsar.Timeout:
+                return messages
+            consumer.acknowledge(message)
+            messages.append(message)
+    finally:
+        consumer.close()
+
+
+def verdict_documents(client: pulsar.Client, topic: str) -> list[dict[str, Any]]:
+    return [orjson.loads(message.data()) for message in read_all(client, topic)]
+
+
+def beliefs_from_verdicts(documents: Sequence[dict[str, Any]]) -> dict[SeriesKey, set[str]]:
+    """Apply verdicts in order: the run ids each series' change points are at."""
+    beliefs: dict[SeriesKey, set[str]] = {}
+    for document in documents:
+        series = document["series"]
+        key = SeriesKey.of(series["test"], series["metric"], series["attributes"])
+        runs = beliefs.setdefault(key, set())
+        if "previous" in document:
+            runs.remove(document["previous"]["run_id"])
+        if "change_point" in document:
+            runs.add(document["change_point"]["run_id"])
+    return beliefs
+
+
+def batch_beliefs(
+    store: StateStore, params: EDivisiveParams | None = None
+) -> dict[SeriesKey, set[str]]:
+    """What a batch analysis of every stored series finds: the run ids of its change points."""
+    found = {}
+    for key in store.series_keys():
+        points = store.series_points(key)
+        change_points = detect_change_points([p.value for p in points], params)
+        found[key] = {points[cp.index].run_id for cp in change_points}
+    return found
+
+
+def analyze_beliefs(store: StateStore, records_file: Path) -> dict[SeriesKey, set[str]]:
+    """What `perfwatch analyze --format json` finds in a file of the same records."""
+    from click.testing import CliRunner
+
+    from perfwatch.cli.main import main
+
+    result = CliRunner().invoke(main, ["analyze", str(records_file), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    keys = {(key.test, key.metric): key for key in store.series_keys()}
+    found = {}
+    for series in orjson.loads(result.output)["series"]:
+        key = keys[(series["test"], series["metric"])]
+        points = store.series_points(key)
+        found[key] = {points[cp["index"]].run_id for cp in series["change_points"]}
+    return found
+
+
+def stored_beliefs(store: StateStore) -> dict[SeriesKey, set[str]]:
+    return {
+        key: {cp["run_id"] for cp in store.published_change_points(key)}
+        for key in store.series_keys()
+    }
+
+
+def without_empty(beliefs: dict[SeriesKey, set[str]]) -> dict[SeriesKey, set[str]]:
+    return {key: runs for key, runs in beliefs.items() if runs}
+
+
+class ServeProcess:
+    """`perfwatch serve` as a child process (to kill it for real)."""
+
+    def __init__(self, args: Sequence[str], log_path: Path, env: dict[str, str] | None = None):
+        entry = "from perfwatch.cli.main import main; main()"
+        self.args = [sys.executable, "-c", entry, "serve", *args]
+        self.log_path = log_path
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServeProcess:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(self.args, stdout=log, stderr=log, env=self.env)
+        log.close()
+        return self
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def terminate(self, timeout: float = 60) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")

@@ -1,0 +1,73 @@
+"""Schema-valid verdict documents of every kind, for the watch and forward tests."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from perfwatch.records import (
+    ChangePointEvidence,
+    SeriesRef,
+    Verdict,
+    validate_verdict,
+)
+
+EMITTED_AT = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+COMMIT = "abc1234def5678900000000000000000000000000"
+
+
+def evidence(direction: str = "regression", change: float = 12.3, pvalue: float = 0.0012) -> Any:
+    return ChangePointEvidence(
+        index=42,
+        run_id="run-42",
+        commit=COMMIT,
+        time=datetime(2024, 4, 30, 8, 0, tzinfo=UTC),
+        forward_change_percent=change,
+        magnitude=abs(change) / 100,
+        mean_before=100.0,
+        stddev_before=2.0,
+        mean_after=100.0 * (1 + change / 100),
+        stddev_after=2.5,
+        pvalue=pvalue,
+        direction=direction,
+    )
+
+
+def verdict(
+    kind: str = "change_point.detected",
+    *,
+    test: str = "api/search",
+    metric: str | None = "p99",
+    direction: str = "regression",
+    change: float = 12.3,
+    emitted_at: datetime = EMITTED_AT,
+) -> dict[str, Any]:
+    """A verdict of `kind`, valid against the verdict schema."""
+    blocks: dict[str, Any] = {}
+    if kind in ("change_point.detected", "change_point.updated"):
+        blocks["change_point"] = evidence(direction, change)
+    if kind in ("change_point.updated", "change_point.retracted"):
+        blocks["previous"] = evidence(direction, change / 2)
+    if kind.startswith("counter_"):
+        outcome = "regression" if kind == "counter_regression.detected" else "passed"
+        blocks["counter_check"] = {"verdict": outcome, "clusters": [{"counters": ["cpu", "io"]}]}
+        metric = None
+    if kind == "recommendation":
+        blocks["recommendation"] = {"decision": "run", "run_share": 0.67, "votes": []}
+        metric = None
+    series = SeriesRef(test, metric, {"branch": "main"})
+    seed = orjson.dumps([kind, test, metric, direction, change, emitted_at.isoformat()])
+    document = Verdict(
+        verdict_id=hashlib.sha256(seed).hexdigest()[:32],
+        kind=kind,  # type: ignore[arg-type]
+        emitted_at=emitted_at,
+        series=series,
+        record_run_id="run-50",
+        parameters={"max_pvalue": 0.001},
+        **blocks,
+    ).to_json()
+    assert validate_verdict(document) == [], document
+    return document

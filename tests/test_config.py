@@ -1,0 +1,198 @@
+"""Configuration: defaults < perfwatch.toml < PERFWATCH_* variables < flags."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from perfwatch.config import (
+    _SCALAR_SECTIONS,
+    Config,
+    ConfigError,
+    load_config,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "perfwatch.example.toml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "perfwatch.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config(env={"XDG_DATA_HOME": str(tmp_path / "data")})
+    assert config.broker.url is None
+    assert config.topics.records == "persistent://public/default/perfwatch-records"
+    assert config.topics.verdicts == "persistent://public/default/perfwatch-verdicts"
+    assert config.topics.dead_letter == "persistent://public/default/perfwatch-dead-letter"
+    assert config.store.url == f"sqlite:///{tmp_path / 'data' / 'perfwatch' / 'state.db'}"
+    assert config.consumer.name.startswith("perfwatch-")
+    assert config.series.identifying_attributes == ("branch",)
+    assert config.observability.metrics_host == "127.0.0.1"
+
+
+def test_example_file_documents_every_key_with_its_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    document = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
+    for section, section_cls in _SCALAR_SECTIONS.items():
+        assert set(document[section]) == {f.name for f in fields(section_cls)}, section
+    monkeypatch.chdir(tmp_path)
+    env = {"XDG_DATA_HOME": str(tmp_path)}
+    from_example = load_config(EXAMPLE, env=env)
+    from_defaults = load_config(env=env)
+    from perfwatch.detectors.edivisive import EDivisiveParams
+
+    documented = {k: v for k, v in EDivisiveParams().to_dict().items() if v is not None}
+    assert from_example.analyzer == documented
+    for section in _SCALAR_SECTIONS:
+        assert getattr(from_example, section) == getattr(from_defaults, section), section
+
+
+def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        [store]
+        url = "sqlite:///from-file.db"
+        [consumer]
+        subscription = "file-sub"
+        batch_size = 7
+        [broker]
+        url = "pulsar://file:6650"
+        """,
+    )
+    env = {
+        "PERFWATCH_STORE_URL": "postgresql://env/db",
+        "PERFWATCH_CONSUMER_SUBSCRIPTION": "env-sub",
+    }
+    config = load_config(
+        path,
+        env=env,
+        overrides={"consumer.subscription": "flag-sub", "broker.url": None},
+    )
+    assert config.consumer.batch_size == 7  # file only
+    assert config.store.url == "postgresql://env/db"  # env beats file
+    assert config.consumer.subscription == "flag-sub"  # flag beats env
+    assert config.broker.url == "pulsar://file:6650"  # an unset flag masks nothing
+
+
+def test_config_file_from_environment_variable(tmp_path: Path) -> None:
+    path = write(tmp_path, '[topics]\nrecords = "persistent://t/n/r"\n')
+    config = load_config(env={"PERFWATCH_CONFIG": str(path)})
+    assert config.topics.records == "persistent://t/n/r"
+
+
+def test_environment_values_are_converted(tmp_path: Path) -> None:
+    config = load_config(
+        env={
+            "PERFWATCH_CONFIG": str(write(tmp_path, "")),
+            "PERFWATCH_SERIES_IDENTIFYING_ATTRIBUTES": "branch, environment",
+            "PERFWATCH_BROKER_TLS_ALLOW_INSECURE": "yes",
+            "PERFWATCH_OBSERVABILITY_METRICS_PORT": "9464",
+            "PERFWATCH_VERDICTS_PVALUE_DECADES": "2.5",
+        },
+    )
+    assert config.series.identifying_attributes == ("branch", "environment")
+    assert config.broker.tls_allow_insecure is True
+    assert config.observability.metrics_port == 9464
+    assert config.verdicts.pvalue_decades == 2.5
+
+
+def test_analyzer_rules_override_key_by_key_in_order(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        [analyzer]
+        window_len = 40
+        max_pvalue = 0.01
+        [[analyzer.rules]]
+        test = "db.*"
+        max_pvalue = 0.0001
+        [[analyzer.rules]]
+        test = "db.*"
+        metric = "p99*"
+        min_magnitude = 0.05
+        """,
+    )
+    config = load_config(path, env={})
+    assert config.analyzer_params_for("web.home", "p99_ms") == {
+        "window_len": 40,
+        "max_pvalue": 0.01,
+    }
+    assert config.analyzer_params_for("db.insert", "mean_ms") == {
+        "window_len": 40,
+        "max_pvalue": 0.0001,
+    }
+    assert config.analyzer_params_for("db.insert", "p99_ms") == {
+        "window_len": 40,
+        "max_pvalue": 0.0001,
+        "min_magnitude": 0.05,
+    }
+
+
+def test_directions_first_matching_pattern_wins(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        [directions]
+        "throughput_peak" = "lower_is_better"
+        "throughput*" = "higher_is_better"
+        "*_ms" = "lower_is_better"
+        """,
+    )
+    config = load_config(path, env={})
+    assert config.direction_for("throughput_peak") == "lower_is_better"
+    assert config.direction_for("throughput_rps") == "higher_is_better"
+    assert config.direction_for("p99_ms") == "lower_is_better"
+    assert config.direction_for("memory") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[broker]\nurll = 'x'\n", "unknown key 'urll'"),
+        ("[brokers]\nurl = 'x'\n", "[brokers]: unknown section"),
+        ("[consumer]\nbatch_size = 'many'\n", "batch_size: expected int, got 'many'"),
+        ("[consumer]\nbatch_size = 0\n", "consumer.batch_size: must be at least 1"),
+        ("[analyzer]\nwindow = 3\n", "[analyzer]: unknown E-Divisive parameter(s): window"),
+        ("[analyzer]\nmax_pvalue = -2.0\n", "[analyzer]: max_pvalue must be a finite number"),
+        ("[[analyzer.rules]]\ntest = 'a'\nwindow_len = 1\n", "analyzer.rules[0]: window_len"),
+        ("[directions]\nlatency = 'down'\n", "directions.latency: expected one of"),
+        ("[store]\nurl = 'mysql://x'\n", "store.url: expected sqlite:///PATH"),
+        ("[observability]\nlog_format = 'xml'\n", "log_format: expected 'text' or 'json'"),
+        ("[broker\n", "invalid TOML"),
+    ],
+)
+def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, env={})
+    assert message in str(raised.value)
+    if "url" not in text and "batch_size = 0" not in text and "log_format" not in text:
+        assert str(path) in str(raised.value)
+
+
+def test_bad_environment_value_names_the_variable_section(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"environment: \[consumer\] max_redeliveries"):
+        load_config(write(tmp_path, ""), env={"PERFWATCH_CONSUMER_MAX_REDELIVERIES": "lots"})
+
+
+def test_unknown_flag_setting_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="command line: unknown setting 'consumer'"):
+        load_config(write(tmp_path, ""), env={}, overrides={"consumer": "x"})
+
+
+def test_explicit_missing_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="configuration file not found"):
+        load_config(tmp_path / "nope.toml", env={})
+
+
+def test_defaults_are_a_valid_config() -> None:
+    assert isinstance(Config(), Config)

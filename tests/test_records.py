@@ -1,0 +1,393 @@
+"""Record and verdict documents: schemas, every-problem validation, error kinds, orjson I/O."""
+
+from __future__ import annotations
+
+import copy
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from perfwatch import records
+from perfwatch.records import (
+    ChangePointEvidence,
+    ErrorKind,
+    MetricValue,
+    Record,
+    RecordError,
+    SeriesRef,
+    Verdict,
+    dumps,
+    load_schema,
+    parse_record,
+    parse_verdict,
+    validate_record,
+    validate_verdict,
+)
+
+
+def full_record() -> dict[str, Any]:
+    return {
+        "schema": "perfwatch.record/v1",
+        "test": "parser.large_file",
+        "run_id": "ci-8812",
+        "commit": "3f2a9c1d",
+        "branch": "main",
+        "timestamp": "2024-05-01T02:00:00.250+02:00",
+        "attributes": {"runner": "ci-3", "python": "3.11"},
+        "metrics": {
+            "wall_time_s": 1.25,
+            "p99 latency": {"value": 41, "unit": "ms", "direction": "lower_is_better"},
+        },
+        "counters": {
+            "names": ["cpu", "rss"],
+            "values": [[0.5, 100], [0.7, None]],
+            "timestamps": [0, 1.5],
+            "role": "target",
+        },
+        "inputs": {
+            "kind": "update_sample",
+            "profiles": [
+                {
+                    "input_id": "small",
+                    "size": 10,
+                    "wall_time_s": 0.1,
+                    "cpu_time_s": 0.09,
+                    "peak_memory_bytes": 1_000_000,
+                    "statements": 1200,
+                    "function_calls": 80,
+                    "loop_iterations": 300,
+                    "conditionals": 45,
+                }
+            ],
+        },
+    }
+
+
+def change_point_block(index: int = 12) -> dict[str, Any]:
+    return {
+        "index": index,
+        "run_id": "ci-8812",
+        "commit": "3f2a9c1d",
+        "time": "2024-05-01T02:00:00Z",
+        "forward_change_percent": 18.2,
+        "magnitude": 0.182,
+        "mean_before": 41.0,
+        "stddev_before": 1.0,
+        "mean_after": 48.5,
+        "stddev_after": 1.2,
+        "pvalue": 1e-9,
+        "direction": "regression",
+    }
+
+
+def verdict_doc(kind: str) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": "perfwatch.verdict/v1",
+        "verdict_id": "0123456789abcdef0123",
+        "kind": kind,
+        "emitted_at": "2024-05-01T02:00:05Z",
+        "series": {"test": "parser.large_file", "metric": "wall_time_s", "attributes": {}},
+        "record_run_id": "ci-8812",
+        "parameters": {"window_len": 50, "max_pvalue": 0.001},
+    }
+    evidence = {
+        "change_point.detected": {"change_point": change_point_block()},
+        "change_point.updated": {
+            "change_point": change_point_block(13),
+            "previous": change_point_block(12),
+        },
+        "change_point.retracted": {"previous": change_point_block()},
+        "counter_regression.detected": {"counter_check": {"verdict": "regression", "clusters": []}},
+        "counter_check.passed": {"counter_check": {"verdict": "pass", "clusters": []}},
+        "recommendation": {
+            "recommendation": {"decision": "run", "run_share": 0.6, "votes": []},
+        },
+    }[kind]
+    doc.update(evidence)
+    return doc
+
+
+VERDICT_KINDS = load_schema("verdict")["properties"]["kind"]["enum"]
+
+
+def paths(problems: list[records.Problem]) -> set[str]:
+    return {problem.path for problem in problems}
+
+
+# --- schemas ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["record", "verdict"])
+def test_shipped_schemas_are_valid_draft_2020_12(name: str) -> None:
+    schema = load_schema(name)
+    Draft202012Validator.check_schema(schema)
+    assert schema["properties"]["schema"]["const"] == f"perfwatch.{name}/v1"
+    # The module's date-time regex must be the schemas' pattern, not a drifting copy.
+    assert schema["$defs"]["rfc3339"]["pattern"] == records._RFC3339.pattern
+
+
+# --- records ---------------------------------------------------------------------------------
+
+
+def test_full_record_parses_into_models() -> None:
+    record = parse_record(orjson.dumps(full_record()))
+    assert record.metrics["wall_time_s"] == MetricValue(1.25)
+    assert record.metrics["p99 latency"] == MetricValue(41.0, "ms", "lower_is_better")
+    assert record.timestamp == datetime(2024, 5, 1, 0, 0, 0, 250000, tzinfo=UTC)
+    matrix = record.counters.matrix()
+    assert matrix.shape == (2, 2)
+    assert matrix[0, 1] == 100 and math.isnan(matrix[1, 1])
+    assert record.inputs.profiles[0].statements == 1200
+
+
+def test_record_survives_dumps_and_parse() -> None:
+    record = parse_record(orjson.dumps(full_record()))
+    assert parse_record(dumps(record)) == record
+    assert validate_record(orjson.loads(dumps(record))) == []
+
+
+def test_validate_record_reports_every_problem_with_its_path() -> None:
+    doc = full_record()
+    del doc["run_id"]
+    doc["extra"] = 1
+    doc["timestamp"] = "2024-13-01T00:00:00Z"
+    doc["metrics"]["wall_time_s"] = "fast"
+    doc["metrics"]["p99 latency"]["direction"] = "up"
+    doc["metrics"]["nan metric"] = math.nan
+    doc["counters"]["values"][1] = [1.0]
+    doc["inputs"]["profiles"].append(dict(doc["inputs"]["profiles"][0]))
+    problems = validate_record(doc)
+    assert paths(problems) == {
+        "$.run_id",
+        "$.extra",
+        "$.timestamp",
+        "$.metrics.wall_time_s",
+        '$.metrics["p99 latency"].direction',
+        '$.metrics["nan metric"]',
+        "$.counters.values[1]",
+        "$.inputs.profiles[1].input_id",
+    }
+    by_path = {problem.path: problem for problem in problems}
+    assert by_path['$.metrics["nan metric"]'].kind is ErrorKind.NON_FINITE
+    assert "required" in by_path["$.run_id"].message
+    assert "month" in by_path["$.timestamp"].message
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "fragment"),
+    [
+        ({"metrics": {}}, "$.metrics", "needs a metric"),
+        ({"metrics": {"x": True}}, "$.metrics.x", "got boolean"),
+        ({"timestamp": "2024-05-01 02:00:00"}, "$.timestamp", "RFC 3339"),
+        ({"test": ""}, "$.test", "at least 1"),
+        ({"attributes": {"k": 3}}, "$.attributes.k", "expected string"),
+        (
+            {"counters": {"names": ["a"], "values": [[1]], "timestamps": [1, 2]}},
+            "$.counters.timestamps",
+            "2 entries",
+        ),
+        ({"counters": {"names": ["a", "a"], "values": [[1, 2]]}}, "$.counters.names", "duplicate"),
+        ({"inputs": {"kind": "some", "profiles": []}}, "$.inputs.kind", "one of"),
+    ],
+)
+def test_single_problems_are_named(change: dict[str, Any], path: str, fragment: str) -> None:
+    doc = {key: value for key, value in full_record().items() if key not in ("counters", "inputs")}
+    doc.update(change)
+    problems = validate_record(doc)
+    assert path in paths(problems)
+    assert fragment in next(p.message for p in problems if p.path == path)
+
+
+def test_empty_metrics_allowed_with_counters_or_inputs() -> None:
+    for evidence in ("counters", "inputs"):
+        doc = full_record()
+        doc["metrics"] = {}
+        doc.pop("inputs" if evidence == "counters" else "counters")
+        assert validate_record(doc) == []
+
+
+def test_bad_counter_cells_are_found_in_every_row() -> None:
+    doc = full_record()
+    doc["counters"] = {"names": ["a", "b"], "values": [[1, "x"], [1, 2], [True, None], [1, "x"]]}
+    problems = validate_record(doc)
+    assert paths(problems) == {
+        "$.counters.values[0][1]",
+        "$.counters.values[2][0]",
+        "$.counters.values[3][1]",
+    }
+    # The first row goes through jsonschema, the others through the quick check: same words.
+    assert problems[0].message == problems[-1].message == "expected number or null, got string"
+
+
+def test_oversized_counter_matrix_is_refused() -> None:
+    doc = full_record()
+    doc["counters"] = {"names": [f"c{i}" for i in range(1000)], "values": [[1.0] * 1000] * 1001}
+    problems = validate_record(doc)
+    assert [p.path for p in problems] == ["$.counters.values"]
+    assert "exceed" in problems[0].message
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (b"\xff\xfe{}", ErrorKind.UNDECODABLE),
+        (b'{"schema": ', ErrorKind.INVALID_JSON),
+        (b"[1, 2,]", ErrorKind.INVALID_JSON),
+        (b'{"metrics": {"x": NaN}}', ErrorKind.NON_FINITE),
+        (b'{"metrics": {"x": -Infinity}}', ErrorKind.NON_FINITE),
+        (b'{"metrics": {"x": 1e400}}', ErrorKind.NON_FINITE),
+        (b"[]", ErrorKind.SCHEMA),
+    ],
+)
+def test_parse_errors_are_told_apart(data: bytes, kind: ErrorKind) -> None:
+    with pytest.raises(RecordError) as caught:
+        parse_record(data)
+    assert caught.value.kind is kind
+    assert caught.value.path == "$"
+
+
+def test_json_syntax_errors_carry_line_and_column() -> None:
+    with pytest.raises(RecordError) as caught:
+        parse_record(b'{\n  "test": "a",\n  "metrics": {"x": NaN}\n}')
+    assert (caught.value.line, caught.value.column) == (3, 20)
+    assert "line 3 column 20" in str(caught.value)
+
+
+def test_oversized_payload_is_refused_before_parsing() -> None:
+    data = orjson.dumps(full_record())
+    with pytest.raises(RecordError) as caught:
+        parse_record(data, max_bytes=len(data) - 1)
+    assert caught.value.kind is ErrorKind.OVERSIZED
+    assert parse_record(data, max_bytes=len(data)).run_id == "ci-8812"
+
+
+def test_unknown_version_is_not_a_schema_violation() -> None:
+    doc = full_record()
+    doc["schema"] = "perfwatch.record/v2"
+    doc["surprise"] = True
+    with pytest.raises(RecordError) as caught:
+        parse_record(orjson.dumps(doc))
+    assert caught.value.kind is ErrorKind.UNKNOWN_VERSION
+    assert caught.value.path == "$.schema"
+    doc["schema"] = "perfwatch.verdict/v1"
+    assert validate_record(doc)[0].kind is ErrorKind.SCHEMA
+
+
+def test_schema_error_keeps_all_problems() -> None:
+    doc = full_record()
+    del doc["test"], doc["run_id"]
+    with pytest.raises(RecordError) as caught:
+        parse_record(orjson.dumps(doc))
+    assert caught.value.kind is ErrorKind.SCHEMA
+    assert paths(list(caught.value.problems)) == {"$.test", "$.run_id"}
+
+
+def test_dumps_refuses_non_finite_numbers() -> None:
+    record = Record("t", "r", datetime(2024, 1, 1, tzinfo=UTC), {"x": MetricValue(math.inf)})
+    with pytest.raises(RecordError) as caught:
+        dumps(record)
+    assert caught.value.kind is ErrorKind.NON_FINITE
+    assert caught.value.path == "$.metrics.x"
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+names = st.text(min_size=1, max_size=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    metrics=st.dictionaries(names, finite, min_size=1, max_size=5),
+    attributes=st.dictionaries(names, st.text(max_size=20), max_size=3),
+    microsecond=st.integers(0, 999_999),
+)
+def test_any_valid_record_round_trips(
+    metrics: dict[str, float], attributes: dict[str, str], microsecond: int
+) -> None:
+    record = Record(
+        test="t",
+        run_id="r",
+        timestamp=datetime(2024, 2, 29, 23, 59, 59, microsecond, tzinfo=UTC),
+        metrics={name: MetricValue(value) for name, value in metrics.items()},
+        attributes=attributes,
+    )
+    assert parse_record(dumps(record)) == record
+
+
+# --- verdicts --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", VERDICT_KINDS)
+def test_each_verdict_kind_is_valid_with_its_evidence(kind: str) -> None:
+    doc = verdict_doc(kind)
+    assert validate_verdict(doc) == []
+    verdict = parse_verdict(orjson.dumps(doc))
+    assert verdict.kind == kind
+    assert orjson.loads(dumps(verdict)) == doc
+
+
+@pytest.mark.parametrize(
+    ("kind", "required"),
+    [
+        ("change_point.detected", "change_point"),
+        ("change_point.updated", "previous"),
+        ("change_point.retracted", "previous"),
+        ("counter_regression.detected", "counter_check"),
+        ("counter_check.passed", "counter_check"),
+        ("recommendation", "recommendation"),
+    ],
+)
+def test_each_verdict_kind_requires_its_evidence(kind: str, required: str) -> None:
+    doc = verdict_doc(kind)
+    del doc[required]
+    assert f"$.{required}" in paths(validate_verdict(doc))
+
+
+def test_change_point_verdicts_need_a_metric() -> None:
+    doc = verdict_doc("change_point.detected")
+    del doc["series"]["metric"]
+    assert "$.series.metric" in paths(validate_verdict(doc))
+    doc = verdict_doc("recommendation")
+    del doc["series"]["metric"]
+    assert validate_verdict(doc) == []
+
+
+def test_verdict_field_problems() -> None:
+    doc = verdict_doc("change_point.updated")
+    doc["verdict_id"] = "not-hex"
+    doc["previous"]["pvalue"] = 1.5
+    doc["change_point"]["time"] = "2024-02-30T00:00:00Z"
+    doc["recommendation"] = {"decision": "maybe"}
+    assert paths(validate_verdict(doc)) == {
+        "$.verdict_id",
+        "$.previous.pvalue",
+        "$.change_point.time",
+        "$.recommendation.decision",
+        "$.recommendation.run_share",
+        "$.recommendation.votes",
+    }
+
+
+def test_verdict_model_writes_a_valid_document() -> None:
+    evidence = ChangePointEvidence.from_json(change_point_block())
+    verdict = Verdict(
+        verdict_id="ab" * 16,
+        kind="change_point.retracted",
+        emitted_at=datetime(2024, 5, 1, 2, 0, 5, tzinfo=UTC),
+        series=SeriesRef("parser.large_file", "wall_time_s", {"runner": "ci-3"}),
+        record_run_id="ci-8813",
+        parameters={"window_len": 50},
+        previous=evidence,
+    )
+    doc = orjson.loads(dumps(verdict))
+    assert validate_verdict(doc) == []
+    assert doc["previous"] == change_point_block()
+    assert parse_verdict(dumps(verdict)) == verdict
+    unknown = copy.deepcopy(doc)
+    unknown["schema"] = "perfwatch.verdict/v7"
+    assert validate_verdict(unknown)[0].kind is ErrorKind.UNKNOWN_VERSION

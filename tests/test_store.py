@@ -1,0 +1,311 @@
+"""State stores: ordering, idempotency, transactions, outbox — on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfwatch.store import (
+    Point,
+    SeriesKey,
+    StateStore,
+    StoreError,
+    open_store,
+)
+
+POSTGRES_URL = os.environ.get("PERFWATCH_TEST_POSTGRES_URL")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def postgres_schema_url(base_url: str, schema: str) -> str:
+    separator = "&" if "?" in base_url else "?"
+    return f"{base_url}{separator}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh schema in the test server, dropped afterwards."""
+    if not POSTGRES_URL:
+        if IN_CI:
+            pytest.fail("PERFWATCH_TEST_POSTGRES_URL must be set in CI")
+        pytest.skip("PERFWATCH_TEST_POSTGRES_URL is not set")
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA {schema}")
+    yield postgres_schema_url(POSTGRES_URL, schema)
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+        connection.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[StateStore]:
+    with open_store(store_url) as opened:
+        yield opened
+
+
+KEY = SeriesKey.of("db.insert", "p99_ms", {"branch": "main"})
+
+
+def add(
+    store: StateStore, key: SeriesKey, run_id: str, ts: float, value: float = 1.0
+) -> int | None:
+    with store.transaction() as tx:
+        series = tx.lock_series([key])[key]
+        position = tx.add_point(series, Point(run_id, value, ts, f"c-{run_id}", None))
+        tx.save_series(series, None)
+        return position
+
+
+def test_series_key_canonical_form_is_stable() -> None:
+    a = SeriesKey.of("t", "m", {"env": "ci", "branch": "main"})
+    b = SeriesKey.of("t", "m", {"branch": "main", "env": "ci"})
+    assert a == b
+    assert a.canonical == '["t","m",{"branch":"main","env":"ci"}]'
+    assert SeriesKey.from_canonical(a.canonical) == a
+    assert a.to_dict() == {
+        "test": "t",
+        "metric": "m",
+        "attributes": {"branch": "main", "env": "ci"},
+    }
+
+
+def test_points_ordered_by_timestamp_then_arrival_and_idempotent(store: StateStore) -> None:
+    assert add(store, KEY, "r1", 10.0) == 0
+    assert add(store, KEY, "r2", 20.0) == 1
+    assert add(store, KEY, "r3", 30.0) == 2
+    assert add(store, KEY, "late", 15.0) == 1  # inserted where it belongs
+    assert add(store, KEY, "tie", 20.0) == 3  # equal timestamp: after the earlier arrival
+    assert add(store, KEY, "r2", 99.0) is None  # run id seen: no change
+    assert add(store, KEY, "first", 1.0) == 0
+    points = store.series_points(KEY)
+    assert [p.run_id for p in points] == ["first", "r1", "late", "r2", "tie", "r3"]
+    assert points[3].timestamp == 20.0 and points[3].commit == "c-r2"
+    with store.transaction() as tx:
+        series = tx.lock_series([KEY])[KEY]
+        assert series.length == 6
+        assert [p.run_id for p in tx.points(series.series_id, 2, 4)] == ["late", "r2"]
+        assert [p.run_id for p in tx.points(series.series_id, 4)] == ["tie", "r3"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([f"run{i}" for i in range(12)]), st.integers(0, 6)),
+        max_size=30,
+    )
+)
+def test_positions_agree_with_a_sorted_list(arrivals: list[tuple[str, int]]) -> None:
+    with tempfile.TemporaryDirectory() as folder, open_store(f"sqlite:///{folder}/s.db") as store:
+        model: list[tuple[int, int, str]] = []  # (timestamp, arrival, run id)
+        for arrival, (run_id, ts) in enumerate(arrivals):
+            position = add(store, KEY, run_id, float(ts))
+            if any(existing == run_id for _, _, existing in model):
+                assert position is None
+                continue
+            entry = (ts, arrival, run_id)
+            expected = sum(1 for other in model if other < entry)
+            model.insert(expected, entry)
+            assert position == expected
+        assert [p.run_id for p in store.series_points(KEY)] == [run for _, _, run in model]
+
+
+def test_series_state_round_trip(store: StateStore) -> None:
+    other = SeriesKey.of("db.insert", "mean_ms", {"branch": "main"})
+    with store.transaction() as tx:
+        locked = tx.lock_series([KEY, other, KEY])
+        assert set(locked) == {KEY, other}
+        series = locked[KEY]
+        series.analyzer_params = {"window_len": 30}
+        series.published = [{"index": 3, "run_id": "r3"}]
+        tx.save_series(series, b"\x00analyzer\xff")
+    with store.transaction() as tx:
+        series = tx.lock_series([KEY])[KEY]
+        assert series.version == 1
+        assert series.analyzer_params == {"window_len": 30}
+        assert series.published == [{"index": 3, "run_id": "r3"}]
+        assert tx.analyzer_state(series.series_id) == b"\x00analyzer\xff"
+        assert tx.analyzer_state(locked[other].series_id) is None
+    assert store.published_change_points(KEY) == [{"index": 3, "run_id": "r3"}]
+    assert store.published_change_points(SeriesKey.of("nope", "x")) == []
+    assert store.series_count() == 2
+    assert store.series_keys() == sorted([KEY, other], key=lambda k: k.canonical)
+
+
+def test_after_commit_callbacks_run_only_after_a_commit(store: StateStore) -> None:
+    calls: list[str] = []
+    with pytest.raises(RuntimeError, match="boom"), store.transaction() as tx:
+        tx.after_commit(lambda: calls.append("rolled back"))
+        raise RuntimeError("boom")
+    with store.transaction() as tx:
+        tx.after_commit(lambda: calls.append("committed"))
+        assert calls == []
+    assert calls == ["committed"]
+
+
+def test_a_failed_transaction_leaves_nothing(store: StateStore) -> None:
+    with pytest.raises(RuntimeError, match="boom"), store.transaction() as tx:
+        series = tx.lock_series([KEY])[KEY]
+        tx.add_point(series, Point("r1", 1.0, 1.0))
+        tx.add_verdict("v1", "change_point.detected", b"{}", "me", "db.insert", KEY.canonical)
+        tx.put_blob("ns", "k", b"v")
+        raise RuntimeError("boom")
+    assert store.series_count() == 0
+    assert store.series_points(KEY) == []
+    assert store.unpublished() == []
+    assert store.get_blob("ns", "k") is None
+
+
+def test_outbox_deduplicates_ids_and_marks_with_the_cursor(store: StateStore) -> None:
+    with store.transaction() as tx:
+        assert tx.add_verdict("a1", "change_point.detected", b'{"n":1}', "proc-a", "t1", "s1")
+        assert tx.add_verdict("b1", "change_point.retracted", b'{"n":2}', "proc-b", "t2", "s2")
+        assert tx.add_verdict("a2", "change_point.updated", b'{"n":3}', "proc-a", "t1", "s1")
+    with store.transaction() as tx:
+        assert not tx.add_verdict("a1", "change_point.detected", b"{}", "proc-b", "t1", "s1")
+    assert [e.verdict_id for e in store.unpublished()] == ["a1", "b1", "a2"]
+    mine = store.unpublished(owner="proc-a")
+    assert [e.verdict_id for e in mine] == ["a1", "a2"]
+    assert mine[0].seq < mine[1].seq
+    assert mine[0].document == b'{"n":1}' and mine[0].partition_key == "t1"
+    assert store.unpublished(created_before=mine[0].created_at) == []
+    store.mark_published(["a1", "a2"], cursor=("proc-a", b"message-id"))
+    assert [e.verdict_id for e in store.unpublished()] == ["b1"]
+    assert store.get_blob("outbox-cursor", "proc-a") == b"message-id"
+    history = list(store.verdicts())
+    assert [e.verdict_id for e in history] == ["a1", "b1", "a2"]
+    assert history[0].published_at is not None and history[1].published_at is None
+    assert [e.verdict_id for e in store.verdicts(kind="change_point.updated")] == ["a2"]
+
+
+def test_verdict_history_by_series(store: StateStore) -> None:
+    with store.transaction() as tx:
+        tx.add_verdict("x", "change_point.detected", b"{}", "p", "t", KEY.canonical)
+        tx.add_verdict("y", "change_point.detected", b"{}", "p", "t", "other")
+    assert [e.verdict_id for e in store.verdicts(series_key=KEY)] == ["x"]
+
+
+def test_blobs_overwrite(store: StateStore) -> None:
+    with store.transaction() as tx:
+        tx.put_blob("counter-baseline", "db.insert", b"one")
+        tx.put_blob("counter-baseline", "db.insert", b"two")
+        assert tx.get_blob("counter-baseline", "db.insert") == b"two"
+    assert store.get_blob("counter-baseline", "db.insert") == b"two"
+    assert store.get_blob("counter-baseline", "other") is None
+
+
+def test_reopen_keeps_data_and_does_not_migrate_twice(store_url: str) -> None:
+    with open_store(store_url) as first:
+        add(first, KEY, "r1", 1.0)
+    with open_store(store_url) as second:
+        assert [p.run_id for p in second.series_points(KEY)] == ["r1"]
+
+
+def test_refuses_a_newer_schema(store_url: str) -> None:
+    with open_store(store_url) as store, store.transaction() as tx:
+        tx._cursor.execute(  # type: ignore[attr-defined]
+            store.dialect("UPDATE meta SET value = ? WHERE key = 'schema_version'"), ("99",)
+        )
+    with pytest.raises(StoreError, match="schema version 99 is newer"):
+        open_store(store_url)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://x", "unsupported state store URL"),
+        ("sqlite:///{tmp}/s.db?synchronous=sometimes", "synchronous must be one of"),
+        ("sqlite:///{tmp}/s.db?journal=off", "unknown option(s) journal"),
+        ("sqlite:///{tmp}/file/under/a/file.db", "cannot open the state store"),
+    ],
+)
+def test_bad_urls_are_reported(tmp_path: Path, url: str, message: str) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(StoreError, match=None) as raised:
+        open_store(url.format(tmp=tmp_path))
+    assert message in str(raised.value)
+
+
+@pytest.mark.postgres
+def test_postgres_series_lock_serialises_two_processors(postgres_url: str) -> None:
+    events: list[str] = []
+    holding = threading.Event()
+
+    def first(store: StateStore) -> None:
+        with store.transaction() as tx:
+            tx.lock_series([KEY])
+            holding.set()
+            time.sleep(0.3)
+            events.append("first commits")
+
+    def second(store: StateStore) -> None:
+        holding.wait(10)
+        with store.transaction() as tx:
+            tx.lock_series([KEY])
+            events.append("second holds the lock")
+
+    run_concurrently(postgres_url, [first, second])
+    assert events == ["first commits", "second holds the lock"]
+
+
+@pytest.mark.postgres
+def test_postgres_concurrent_writers_lose_no_point(postgres_url: str) -> None:
+    keys = [SeriesKey.of("t", f"m{i}") for i in range(4)]
+
+    def writer(prefix: str) -> Callable[[StateStore], None]:
+        def write(store: StateStore) -> None:
+            for i in range(25):
+                with store.transaction() as tx:
+                    # Both writers touch all keys, listed in opposite orders.
+                    ordered = keys if prefix == "a" else keys[::-1]
+                    for series in tx.lock_series(ordered).values():
+                        tx.add_point(series, Point(f"{prefix}{i}", float(i), float(i)))
+                        tx.save_series(series, None)
+
+        return write
+
+    run_concurrently(postgres_url, [writer("a"), writer("b")])
+    with open_store(postgres_url) as store:
+        for key in keys:
+            points = store.series_points(key)
+            assert len(points) == 50
+            assert [p.timestamp for p in points] == sorted(p.timestamp for p in points)
+
+
+def run_concurrently(url: str, jobs: list[Callable[[StateStore], None]]) -> None:
+    errors: list[BaseException] = []
+    stores = [open_store(url) for _ in jobs]
+
+    def guarded(job: Callable[[StateStore], None], store: StateStore) -> None:
+        try:
+            job(store)
+        except BaseException as err:
+            errors.append(err)
+
+    threads = [
+        threading.Thread(target=guarded, args=pair) for pair in zip(jobs, stores, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for store in stores:
+        store.close()
+    assert not errors, errors

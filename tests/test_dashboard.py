@@ -409,3 +409,14 @@ def test_dashboard_command_rejects_a_bad_store_url(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["dashboard", "--store", "mysql://x", "--port", "0"])
     assert result.exit_code == 2
     assert "store.url" in result.output
+
+
+def test_dashboard_command_joins_brokers_but_does_not_start_them(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from perfwatch.cli.main import main
+
+    store = f"sqlite:///{tmp_path / 'state.db'}"
+    result = CliRunner().invoke(main, ["dashboard", "--store", store, "--pulsar-url", "standalone"])
+    assert result.exit_code == 2
+    assert "does not start one" in result.output

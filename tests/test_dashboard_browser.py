@@ -452,6 +452,15 @@ def test_resources_view_shows_time_and_memory_per_test_over_commits(
         assert trace["x"] == [p.commit[:10] for p in points if p.commit]
     memory = chart(page, "memory-chart")
     assert {t["name"].split(" ")[0] for t in memory["data"]} == {"nightly", *UNIT_TESTS}
+    # Commits run left to right in time order across tests (the unit runs come first).
+    first_seen: dict[str, float] = {}
+    for key in pipeline.store.series_keys():
+        if key.metric == "peak_memory_mb":
+            for p in pipeline.store.series_points(key):
+                label = (p.commit or p.run_id)[:10]
+                first_seen[label] = min(first_seen.get(label, p.timestamp), p.timestamp)
+    order = memory["layout"]["xaxis"]["categoryarray"]
+    assert order == sorted(first_seen, key=lambda label: first_seen[label])
     screenshot(page, "resources")
 
 

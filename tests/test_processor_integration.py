@@ -28,6 +28,7 @@ from _processor_support import (
     processor_config,
     publish,
     running_processor,
+    settled,
     stored_beliefs,
     unique_topics,
     verdict_documents,
@@ -35,7 +36,8 @@ from _processor_support import (
     without_empty,
 )
 from perfwatch.store import StateStore, open_store
-from perfwatch.stream.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.stream.brokers import BrokerHandle, admin_request, make_client, open_broker
+from perfwatch.stream.processor import enable_verdict_deduplication
 
 TIMEOUT = 300.0
 POSTGRES_URL = os.environ.get("PERFWATCH_TEST_POSTGRES_URL")
@@ -249,5 +251,70 @@ def _publish_with_own_client(broker: BrokerHandle, topic: str, messages: list) -
     client = make_client(broker)
     try:
         publish(client, topic, messages)
+    finally:
+        client.close()
+
+
+def test_verdict_topic_deduplicates_resent_verdicts(
+    pulsar_broker: BrokerHandle, unique_topic: Callable[[str], str]
+) -> None:
+    if pulsar_broker.admin_url is None:
+        pytest.skip("the test broker was given without its admin URL")
+    topic = unique_topic("verdicts")
+    client = make_client(pulsar_broker)
+    try:
+        client.create_producer(topic).close()
+        assert enable_verdict_deduplication(pulsar_broker.admin_url, topic)
+        status, body = admin_request(
+            pulsar_broker.admin_url,
+            "GET",
+            "/admin/v2/" + topic.replace("://", "/", 1) + "/deduplicationEnabled",
+        )
+        assert (status, body.strip()) == (200, b"true")
+
+        # The topic policy reaches the broker's topic asynchronously.
+        def resend_is_dropped() -> bool:
+            producer = client.create_producer(topic, producer_name=f"owner-{uuid.uuid4().hex}")
+            try:
+                producer.send(b"first", sequence_id=1)
+                return producer.send(b"again", sequence_id=1).ledger_id() < 0
+            finally:
+                producer.close()
+
+        wait_until(resend_is_dropped, 60, "deduplication to take effect")
+    finally:
+        client.close()
+
+
+def test_a_new_state_store_under_an_old_processor_name_still_publishes(
+    pulsar_broker: BrokerHandle, tmp_path: Path, unique_topic: Callable[[str], str]
+) -> None:
+    """With deduplication on, a replaced store must not reuse sequence ids the broker saw."""
+    if pulsar_broker.admin_url is None:
+        pytest.skip("the test broker was given without its admin URL")
+    topics = unique_topics(unique_topic)
+    client = make_client(pulsar_broker)
+    try:
+        client.create_producer(topics["verdicts"]).close()
+        assert enable_verdict_deduplication(pulsar_broker.admin_url, topics["verdicts"])
+        published = 0
+        for attempt in ("old", "new"):
+            messages, _ = history(tests=1, metrics=2, runs=80, seed=51)
+            topics["records"] = unique_topic(f"records-{attempt}")
+            config = processor_config(
+                f"sqlite:///{tmp_path / attempt}.db", topics, name="same-name"
+            )
+            with (
+                open_store(config.store.url) as store,
+                running_processor(config, store, client, pulsar_broker) as runner,
+            ):
+                publish(client, topics["records"], messages)
+                runner.wait_until(settled(runner.metrics, len(messages)), "all records")
+                runner.wait_until(lambda s=store: not s.unpublished(), "an empty outbox")
+                queued = len(list(store.verdicts()))
+            assert queued > 0
+            published += queued
+            on_topic = len(verdict_documents(client, topics["verdicts"]))
+            assert on_topic == published, f"{attempt} store: verdicts dropped as duplicates"
     finally:
         client.close()

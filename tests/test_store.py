@@ -186,7 +186,10 @@ def test_outbox_deduplicates_ids_and_marks_with_the_cursor(store: StateStore) ->
     assert mine[0].seq < mine[1].seq
     assert mine[0].document == b'{"n":1}' and mine[0].partition_key == "t1"
     assert store.unpublished(created_before=mine[0].created_at) == []
+    assert store.max_verdict_seq("proc-a") == mine[1].seq
+    assert store.max_verdict_seq("nobody") == 0
     store.mark_published(["a1", "a2"], cursor=("proc-a", b"message-id"))
+    assert store.max_verdict_seq("proc-a") == mine[1].seq  # published ones count too
     assert [e.verdict_id for e in store.unpublished()] == ["b1"]
     assert store.get_blob("outbox-cursor", "proc-a") == b"message-id"
     history = list(store.verdicts())

@@ -99,8 +99,16 @@ def dashboard(
     topic = None
     if follow_topic:
         broker = config.broker
+        if broker.url not in (None, "embedded") and not broker.url.startswith("pulsar"):
+            raise click.BadParameter(
+                f"{broker.url!r}: the dashboard joins a broker, it does not start one; "
+                "give pulsar://host:port, pulsar+ssl://host:port or 'embedded'",
+                param_hint="--pulsar-url / broker.url",
+            )
         topic = TopicSettings(
-            service_url=broker.url or _embedded_locator(embedded_dir),
+            service_url=_embedded_locator(embedded_dir)
+            if broker.url in (None, "embedded")
+            else broker.url,
             topic=config.topics.verdicts,
             subscription=subscription or f"perfwatch-dashboard-{socket.gethostname()}",
             auth_token=broker.auth_token,

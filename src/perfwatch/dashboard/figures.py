@@ -358,6 +358,21 @@ def resources_figures(resources: Mapping[str, Any]) -> dict[str, dict[str, Any]]
             )
         return traces
 
+    def commit_axis(role: str) -> dict[str, Any]:
+        """Commits in time order over every test (not in the order the lines list them)."""
+        first_seen: dict[str, float] = {}
+        for line in resources[role]:
+            for p in line["points"]:
+                label = short_commit(p["commit"]) or p["run_id"]
+                first_seen[label] = min(first_seen.get(label, p["timestamp"]), p["timestamp"])
+        return {
+            "type": "category",
+            "categoryorder": "array",
+            "categoryarray": sorted(first_seen, key=lambda label: first_seen[label]),
+            "title": {"text": "commit"},
+            "automargin": True,
+        }
+
     time_metric = resources.get("time_metric") or "time"
     memory_metric = resources.get("memory_metric") or "memory"
     category_axis = {"type": "category", "title": {"text": "commit"}, "automargin": True}
@@ -367,12 +382,12 @@ def resources_figures(resources: Mapping[str, Any]) -> dict[str, dict[str, Any]]
         "time": {
             "data": lines("time"),
             "layout": _layout(f"Execution time per test ({time_metric})", "commit", time_metric)
-            | {"xaxis": category_axis},
+            | {"xaxis": commit_axis("time")},
         },
         "memory": {
             "data": lines("memory"),
             "layout": _layout(f"Memory per test ({memory_metric})", "commit", memory_metric)
-            | {"xaxis": category_axis},
+            | {"xaxis": commit_axis("memory")},
         },
         "total": {
             "data": [

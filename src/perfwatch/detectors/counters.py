@@ -574,6 +574,7 @@ class _PreparedRun:
     observed: np.ndarray
     window: tuple[int, int]
     samples: np.ndarray  # the raw steady-state samples, filled
+    sample_observed: np.ndarray
 
     def observed_values(self) -> np.ndarray:
         return np.where(self.observed, self.values, np.nan)
@@ -778,12 +779,15 @@ class CounterRegressionCheck:
         if self.drop_run_identities:
             analysed, run_identities = _drop_run_identities(runs, analysed, names)
             removed += run_identities
-        complete = np.vstack([run.observed for run in runs])[:, analysed].all(axis=1)
+        # the reduction judges the samples themselves, like the seed: block means average
+        # noise away and would make many more counters look redundant
+        samples = np.vstack([run.samples for run in runs])
+        complete = np.vstack([run.sample_observed for run in runs])[:, analysed].all(axis=1)
         # identities hold on real samples; interpolated gaps would blur them
-        exact_rows = pooled[complete] if complete.mean() >= 0.5 else pooled
+        exact_rows = samples[complete] if complete.mean() >= 0.5 else samples
         analysed, identities = self._collapse_identities(exact_rows, analysed, names)
         removed += identities
-        kept, redundant = self._remove_redundant(pooled, analysed, names)
+        kept, redundant = self._remove_redundant(samples, analysed, names)
         removed += redundant
 
         correlation = correlation_matrix(pooled[:, kept]) if kept.size else np.zeros((0, 0))
@@ -796,7 +800,7 @@ class CounterRegressionCheck:
             for label in range(int(labels.max()) + 1 if labels.size else 0)
         ]
         if self.redundant_dependents and clusters:
-            self._attach_redundant(pooled, kept, labels, redundant, names, clusters)
+            self._attach_redundant(samples, pooled, kept, labels, redundant, names, clusters)
 
         self.names_ = names
         self.kept_ = [names[i] for i in kept]
@@ -854,6 +858,7 @@ class CounterRegressionCheck:
 
     def _attach_redundant(
         self,
+        samples: np.ndarray,
         pooled: np.ndarray,
         kept: np.ndarray,
         labels: np.ndarray,
@@ -865,8 +870,8 @@ class CounterRegressionCheck:
         dependent candidate of the cluster at the smallest mean distance."""
         assert self.redundancy_r2 is not None
         for position, removal in enumerate(redundant):
-            column = pooled[:, names.index(removal.counter)]
-            correlation = correlation_matrix(np.column_stack([column, pooled[:, kept]]))[0, 1:]
+            column = names.index(removal.counter)
+            correlation = correlation_matrix(samples[:, [column, *kept]])[0, 1:]
             twin = int(np.argmax(np.abs(correlation)))
             if correlation[twin] ** 2 > self.redundancy_r2:
                 redundant[position] = RemovedCounter(
@@ -878,7 +883,8 @@ class CounterRegressionCheck:
                     removal.explained_by,
                 )
                 continue
-            gaps = _distance_to_counter(correlation, self.distance)
+            on_blocks = correlation_matrix(pooled[:, [column, *kept]])[0, 1:]
+            gaps = _distance_to_counter(on_blocks, self.distance)
             nearest = min(range(len(clusters)), key=lambda c: (gaps[labels == c].mean(), c))
             clusters[nearest].redundant.append(removal.counter)
             redundant[position] = RemovedCounter(
@@ -957,9 +963,6 @@ class CounterRegressionCheck:
         ):
             members = [m for m in members if m in values]
             redundant = [m for m in redundant if m in values]
-            import os
-            if os.environ.get("FULL"):
-                members, redundant = members + redundant, []
             if members or redundant:
                 results.append(
                     self._check_cluster(number, members, redundant, values, observed, threshold)
@@ -1208,14 +1211,16 @@ class CounterRegressionCheck:
                 f"{_run_label(run, index)}: {end - start} steady-state sample(s) make "
                 f"{blocks.shape[0]} block(s) of {self.block}; at least 3 needed"
             )
-        return _PreparedRun(blocks, observed, (start, end), filled[start:end])
+        return _PreparedRun(
+            blocks, observed, (start, end), filled[start:end], ~np.isnan(raw[start:end])
+        )
 
 
 def _drop_run_identities(
     runs: list[_PreparedRun], analysed: np.ndarray, names: list[str]
 ) -> tuple[np.ndarray, list[RemovedCounter]]:
     """Split off counters constant within every run but not across runs, and clocks."""
-    values = [run.values[:, analysed] for run in runs]
+    values = [run.samples[:, analysed] for run in runs]
     constant = np.all([np.ptp(v, axis=0) <= _constant_tolerance(v) for v in values], axis=0)
     clock = ~constant & np.all([_r2_on_index(v) >= _CLOCK_R2 for v in values], axis=0)
     removed = []
@@ -1282,10 +1287,8 @@ def _usual_error(errors: list[float]) -> float | None:
     of its errors on the held-out runs (just the error with one run)."""
     if not errors:
         return None
-    import os
-    k = float(os.environ.get("SDK", "2"))
     spread = float(np.std(errors, ddof=1)) if len(errors) > 1 else 0.0
-    return float(np.mean(errors)) + k * spread
+    return float(np.mean(errors)) + 2.0 * spread
 
 
 def _present(values: np.ndarray) -> np.ndarray:

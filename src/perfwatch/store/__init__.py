@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from perfwatch.store.base import (
     CURSOR_NAMESPACE,
+    SEQUENCE_OFFSET_NAMESPACE,
     OutboxEntry,
     Point,
     SeriesKey,
@@ -16,6 +17,7 @@ from perfwatch.store.base import (
 
 __all__ = [
     "CURSOR_NAMESPACE",
+    "SEQUENCE_OFFSET_NAMESPACE",
     "OutboxEntry",
     "Point",
     "SeriesKey",

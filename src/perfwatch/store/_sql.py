@@ -367,6 +367,10 @@ class SqlStore(StateStore):
         params.append(limit)
         return [_outbox_from_row(row) for row in self._read(sql, params)]
 
+    def max_verdict_seq(self, owner: str) -> int:
+        rows = self._read("SELECT MAX(seq) FROM verdicts WHERE owner = ?", (owner,))
+        return int(rows[0][0] or 0)
+
     def mark_published(
         self, verdict_ids: Sequence[str], cursor: tuple[str, bytes] | None = None
     ) -> None:

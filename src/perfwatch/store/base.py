@@ -17,8 +17,10 @@ from typing import Any
 
 import orjson
 
-# Blob namespace holding, per outbox owner, the id of its last published message.
+# Blob namespaces, keyed by outbox owner: the id of its last published message,
+# and what is added to its outbox numbers to make its Pulsar sequence ids.
 CURSOR_NAMESPACE = "outbox-cursor"
+SEQUENCE_OFFSET_NAMESPACE = "sequence-offset"
 
 
 class StoreError(RuntimeError):
@@ -176,6 +178,10 @@ class StateStore(ABC):
         self, owner: str | None = None, created_before: float | None = None, limit: int = 10_000
     ) -> list[OutboxEntry]:
         """Outbox entries not yet published, oldest first, optionally of one owner."""
+
+    @abstractmethod
+    def max_verdict_seq(self, owner: str) -> int:
+        """The largest outbox number the owner was ever given (0 if none)."""
 
     @abstractmethod
     def mark_published(

@@ -32,7 +32,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from perfwatch.config import Config
 from perfwatch.records import RecordError, dumps, parse_record
-from perfwatch.store import CURSOR_NAMESPACE, SeriesKey, StateStore, StoreUnavailable
+from perfwatch.store import (
+    CURSOR_NAMESPACE,
+    SEQUENCE_OFFSET_NAMESPACE,
+    SeriesKey,
+    StateStore,
+    StoreUnavailable,
+)
 from perfwatch.stream.brokers import admin_request
 from perfwatch.stream.handlers import RecordHandler, build_handlers
 
@@ -193,7 +199,7 @@ def enable_verdict_deduplication(admin_url: str, topic: str, auth_token: str | N
     With it, a verdict re-sent after a crash under the same producer name and
     sequence id is dropped by the broker.
     """
-    path = "/admin/v2/" + topic.replace("://", "/", 1) + "/deduplication"
+    path = "/admin/v2/" + topic.replace("://", "/", 1) + "/deduplicationEnabled"
     try:
         status, body = admin_request(admin_url, "POST", path, body=True, auth_token=auth_token)
     except OSError as err:
@@ -236,6 +242,7 @@ class Processor:
         self._verdict_producer: pulsar.Producer | None = None
         self._dead_letter_producer: pulsar.Producer | None = None
         self._next_housekeeping = 0.0
+        self._offsets: dict[str, int] = {}  # outbox owner -> sequence id offset
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -445,6 +452,30 @@ class Processor:
             batching_enabled=False,
         )
 
+    def _sequence_offset(self, owner: str, producer: pulsar.Producer) -> int:
+        """What to add to the owner's outbox numbers to get its Pulsar sequence ids.
+
+        Every sequence id this owner's producer sent is offset + an outbox
+        number of this store. A broker (with deduplication) remembering a
+        larger one therefore heard of another store under the same name, e.g.
+        one that was deleted: its numbers would look like duplicates and be
+        dropped, so the offset moves past them.
+        """
+        offset_blob = self.store.get_blob(SEQUENCE_OFFSET_NAMESPACE, owner)
+        offset = int(offset_blob) if offset_blob else 0
+        broker_last = producer.last_sequence_id()
+        if broker_last > offset + self.store.max_verdict_seq(owner):
+            log.warning(
+                "the broker knows later verdict sequence ids of this processor name than "
+                "this state store issued; continuing after them",
+                extra={"owner": owner, "broker_last_sequence_id": broker_last},
+            )
+            offset = broker_last
+            with self.store.transaction() as tx:
+                tx.put_blob(SEQUENCE_OFFSET_NAMESPACE, owner, str(offset).encode())
+        self._offsets[owner] = offset
+        return offset
+
     def _publish_outbox(
         self, owner: str, producer: pulsar.Producer, published_ms: dict[str, int] | None = None
     ) -> None:
@@ -469,7 +500,7 @@ class Processor:
                 callback_for(i),
                 properties={"verdict_id": entry.verdict_id, "kind": entry.kind},
                 partition_key=entry.partition_key,
-                sequence_id=entry.seq,
+                sequence_id=self._offsets[owner] + entry.seq,
             )
         producer.flush()
         with done:
@@ -481,14 +512,15 @@ class Processor:
             if outcome is None or outcome[0] != pulsar.Result.Ok:
                 break  # keep order: later ones are re-sent after this one
             confirmed.append(entry.verdict_id)
-            last_id = outcome[1]
+            if outcome[1].ledger_id() >= 0:  # -1: the broker dropped it as a duplicate
+                last_id = outcome[1]
             self.metrics.verdicts.labels(entry.kind).inc()
             if published_ms and entry.verdict_id in published_ms:
                 lag = confirmed_at - published_ms[entry.verdict_id] / 1000.0
                 self.metrics.verdict_lag.observe(max(lag, 0.0))
         if confirmed:
-            assert last_id is not None
-            self.store.mark_published(confirmed, cursor=(owner, last_id.serialize()))
+            cursor = None if last_id is None else (owner, last_id.serialize())
+            self.store.mark_published(confirmed, cursor=cursor)
             for entry in entries[: len(confirmed)]:
                 log.info(
                     "verdict published",
@@ -508,12 +540,14 @@ class Processor:
 
     def _recover(self, owner: str, producer: pulsar.Producer) -> None:
         """Settle `owner`'s outbox after a crash: mark what reached the topic, send the rest."""
+        offset = self._sequence_offset(owner, producer)
         entries = self.store.unpublished(owner=owner)
         if not entries:
             return
         pending = {entry.verdict_id for entry in entries}
         # A broker with deduplication reports the last sequence id it stored.
-        on_topic = {e.verdict_id for e in entries if e.seq <= producer.last_sequence_id()}
+        last = producer.last_sequence_id()
+        on_topic = {e.verdict_id for e in entries if offset + e.seq <= last}
         found, last_id = self._verdict_ids_on_topic(owner, pending)
         on_topic |= found
         if on_topic:

@@ -288,3 +288,12 @@ def test_trend_shift_p_by_hand():
     y = 1.0 + 0.5 * t + np.tile([0.1, -0.1], 10)
     y[10:] += 3.0
     assert K.trend_shift_p(y, 0, 10, 20, 0.0) < 1e-10
+
+
+def test_clean_step_is_placed_exactly_when_split_candidates_cluster() -> None:
+    # The split step proposes 11, 12 and 13 around this step; the minimum
+    # segment rule must keep the strongest of the three, the true step at 12.
+    rng = np.random.default_rng(148)
+    values = np.round(100 + rng.normal(0, 1, 24) + np.where(np.arange(24) >= 12, 20, 0), 3)
+    found = detect_change_points(values, EDivisiveParams())
+    assert [cp.index for cp in found] == [12]

@@ -9,19 +9,20 @@ pulsar-lite), no admin API, and the process-level safety of the embedded broker
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pulsar
 import pytest
 
+from _pulsar_helpers import IDLE_MS, drain, drain_concurrently, numbers
 from perfwatch.stream.brokers import (
     BrokerCapabilityError,
     BrokerHandle,
@@ -40,7 +41,6 @@ from perfwatch.stream.embedded import (
 
 Topic = Callable[[str], str]
 RECEIVE_MS = 10_000  # generous: the machine running the tests may be busy
-IDLE_MS = 1_500  # "nothing more is coming"
 
 
 @pytest.fixture
@@ -55,23 +55,6 @@ def private_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
     """An embedded broker of the test's own, for restarts and misbehaving features."""
     with EmbeddedBroker(tmp_path / "broker") as broker:
         yield broker
-
-
-def drain(consumer: pulsar.Consumer, *, ack: bool = True) -> list[pulsar.Message]:
-    """Receive until nothing arrives for IDLE_MS."""
-    messages = []
-    while True:
-        try:
-            message = consumer.receive(IDLE_MS)
-        except pulsar.Timeout:
-            return messages
-        if ack:
-            consumer.acknowledge(message)
-        messages.append(message)
-
-
-def numbers(messages: list[pulsar.Message]) -> list[int]:
-    return [int(message.data()) for message in messages]
 
 
 def send_numbers(producer: pulsar.Producer, values: range, **send_options: object) -> None:
@@ -98,16 +81,7 @@ def test_shared_subscription_two_consumers_no_loss_no_duplicates(
         producer.send_async(str(value).encode(), None)
     producer.flush()
 
-    received: list[list[int]] = [[], []]
-
-    def consume(index: int) -> None:
-        received[index] = numbers(drain(consumers[index]))
-
-    threads = [threading.Thread(target=consume, args=(index,)) for index in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    received = [numbers(messages) for messages in drain_concurrently(consumers)]
     everything = received[0] + received[1]
     assert sorted(everything) == list(range(total))  # nothing lost, nothing twice
     assert all(received), "both consumers of the Shared subscription got messages"
@@ -202,7 +176,7 @@ def test_client_dead_letter_policy_moves_the_message_with_its_properties(
     assert dead.properties()["REAL_TOPIC"] == topic
 
 
-# --- Key_Shared: what real Pulsar gives and pulsar-lite does not -------------------------
+# --- subscription types pulsar-lite gets wrong: real Pulsar passes, pulsar-lite must fail --
 
 
 @pytest.fixture(
@@ -212,13 +186,14 @@ def test_client_dead_letter_policy_moves_the_message_with_its_properties(
             "private_embedded",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="pulsar-lite 0.2.0: a Key_Shared key is never redelivered after its "
-                "second negative ack; perfwatch uses Shared there",
+                reason="pulsar-lite 0.2.0: on Key_Shared a key is never redelivered after its "
+                "second negative ack; on Exclusive and Failover a negative ack is never "
+                "redelivered. perfwatch uses Shared there",
             ),
         ),
     ]
 )
-def key_shared_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerHandle]:
+def nack_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerHandle]:
     if request.param == "pulsar_broker":
         yield request.getfixturevalue("pulsar_broker")
         return
@@ -227,27 +202,56 @@ def key_shared_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterato
         yield handle
 
 
-def test_key_shared_negative_acks_keep_redelivering(
-    key_shared_broker: BrokerHandle, unique_topic: Topic
+@pytest.mark.parametrize(
+    "consumer_type",
+    [pulsar.ConsumerType.KeyShared, pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover],
+    ids=["key_shared", "exclusive", "failover"],
+)
+def test_negative_acks_keep_redelivering(
+    nack_broker: BrokerHandle, unique_topic: Topic, consumer_type: pulsar.ConsumerType
 ) -> None:
-    client = make_client(key_shared_broker)
+    client = make_client(nack_broker)
     try:
-        topic = unique_topic("key-shared-nack")
+        topic = unique_topic("nack")
         consumer = client.subscribe(
             topic,
             "processors",
-            consumer_type=pulsar.ConsumerType.KeyShared,
+            consumer_type=consumer_type,
             negative_ack_redelivery_delay_ms=100,
         )
         client.create_producer(topic).send(b"x", partition_key="test-a")
-        counts = []
-        for _ in range(4):
-            message = consumer.receive(5000)
-            counts.append(message.redelivery_count())
+        deliveries = []
+        for _ in range(4):  # (Pulsar counts redeliveries only on shared subscriptions)
+            message = consumer.receive(3000)
+            deliveries.append(message.data())
             consumer.negative_acknowledge(message)
-        assert counts == [0, 1, 2, 3]
+        assert deliveries == [b"x"] * 4
     finally:
         client.close()
+
+
+def test_reader_reads_from_earliest_and_after_a_saved_message_id(
+    client: pulsar.Client, unique_topic: Topic
+) -> None:
+    topic = unique_topic("verdicts")
+    producer = client.create_producer(topic)
+    ids = [producer.send(str(value).encode()) for value in range(20)]
+
+    def read_from(start: pulsar.MessageId) -> list[int]:
+        reader = client.create_reader(topic, start)
+        values = []
+        try:
+            while True:
+                try:
+                    values.append(int(reader.read_next(IDLE_MS).data()))
+                except pulsar.Timeout:
+                    return values
+        finally:
+            reader.close()
+
+    assert read_from(pulsar.MessageId.earliest) == list(range(20))
+    saved = pulsar.MessageId.deserialize(ids[9].serialize())
+    assert read_from(saved) == list(range(10, 20))
 
 
 def test_embedded_handle_never_asks_for_key_shared(embedded_broker: BrokerHandle) -> None:
@@ -382,3 +386,31 @@ def test_start_failure_names_the_exit_code_and_shows_the_log(
     assert "LOCK" in str(failure.value)  # RocksDB's lock error, from the log tail
     assert not second.running
     assert private_broker.running
+
+
+def test_dev_embedded_command_serves_until_sigterm(tmp_path: Path) -> None:
+    run_cli = "from perfwatch.cli.main import main; main()"
+    command = subprocess.Popen(
+        [sys.executable, "-c", run_cli, "dev", "embedded", "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert command.stdout is not None
+        line = command.stdout.readline()
+        assert line.startswith("service URL: pulsar://127.0.0.1:"), line
+        client = make_client(line.split(": ", 1)[1].strip())
+        try:
+            client.create_producer("dev-check").send(b"ok")
+        finally:
+            client.close()
+        broker_pid = json.loads((tmp_path / PID_NAME).read_text())["pid"]
+        command.send_signal(signal.SIGTERM)
+        assert command.wait(timeout=30) == 0
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+    assert not Path(f"/proc/{broker_pid}").exists()
+    assert not (tmp_path / PID_NAME).exists()

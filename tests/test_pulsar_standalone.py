@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import socket
 import tempfile
-import threading
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
 import pytest
+from click.testing import CliRunner
 
+from _pulsar_helpers import drain, drain_concurrently, numbers
+from perfwatch.cli.main import main
 from perfwatch.stream.brokers import (
     BrokerError,
     BrokerHandle,
@@ -35,18 +37,6 @@ from perfwatch.stream.standalone import (
 )
 
 Topic = Callable[[str], str]
-IDLE_MS = 2_000
-
-
-def drain_numbers(consumer: pulsar.Consumer) -> list[int]:
-    values = []
-    while True:
-        try:
-            message = consumer.receive(IDLE_MS)
-        except pulsar.Timeout:
-            return values
-        consumer.acknowledge(message)
-        values.append(int(message.data()))
 
 
 # --- launcher pieces that need no running broker --------------------------------------
@@ -73,6 +63,9 @@ def test_fetch_is_skipped_when_the_cache_marker_matches(tmp_path: Path) -> None:
 
 def test_cached_fetch_does_not_run_maven(pulsar_jars: Path) -> None:
     assert fetch_jars(pulsar_jars.parent, mvn="no-such-mvn") == pulsar_jars
+    result = CliRunner().invoke(main, ["dev", "pulsar", "--fetch-only"])
+    assert result.exit_code == 0, result.output
+    assert f"Jars ready in {pulsar_jars}" in result.output
 
 
 @pytest.fixture
@@ -145,13 +138,13 @@ def test_restart_on_same_data_keeps_messages_cursor_and_ports(
         producer = client.create_producer(topic)
         for value in range(50, 60):
             producer.send(str(value).encode())
-        assert sorted(drain_numbers(consumer)) == list(range(20, 60))
+        assert sorted(numbers(drain(consumer))) == list(range(20, 60))
         producer.send(b"60")  # published and never consumed before the crash
         client.close()
 
         standalone.restart(kill=True)  # SIGKILL: nothing flushed on the way out
         client, consumer = connect(standalone)
-        assert drain_numbers(consumer) == [60]
+        assert numbers(drain(consumer)) == [60]
         client.close()
         pid = standalone.pid
     assert not standalone.running
@@ -214,24 +207,13 @@ def test_key_shared_spreads_keys_and_keeps_each_key_in_order(
             producer.send_async(str(value).encode(), None, partition_key=keys[value % 20])
         producer.flush()
 
-        seen: list[dict[str, list[int]]] = [defaultdict(list), defaultdict(list)]
-
-        def consume(index: int) -> None:
-            while True:
-                try:
-                    message = consumers[index].receive(IDLE_MS)
-                except pulsar.Timeout:
-                    return
-                consumers[index].acknowledge(message)
-                seen[index][message.partition_key()].append(int(message.data()))
-
-        threads = [threading.Thread(target=consume, args=(index,)) for index in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        received = drain_concurrently(consumers)
     finally:
         client.close()
+    seen: list[dict[str, list[int]]] = [defaultdict(list), defaultdict(list)]
+    for index, messages in enumerate(received):
+        for message in messages:
+            seen[index][message.partition_key()].append(int(message.data()))
     assert not set(seen[0]) & set(seen[1]), "a key went to both consumers"
     assert seen[0] and seen[1], "both consumers got keys"
     per_key = {**seen[0], **seen[1]}

@@ -7,6 +7,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -391,3 +392,229 @@ def test_verdict_model_writes_a_valid_document() -> None:
     unknown = copy.deepcopy(doc)
     unknown["schema"] = "perfwatch.verdict/v7"
     assert validate_verdict(unknown)[0].kind is ErrorKind.UNKNOWN_VERSION
+
+
+# --- quick check vs full pass ------------------------------------------------------------------
+# Valid documents take a quick check (the schema compiled by fastjsonschema plus builtins over
+# the counter matrix); anything it refuses goes through the full jsonschema pass. The quick
+# check must never accept what the full pass rejects, and on plain JSON values (what orjson
+# decodes) it must agree with the full pass both ways, or valid messages would pay twice.
+
+
+def rich_record() -> dict[str, Any]:
+    """Every part a record can have, with arrays long enough to be cut for the schema."""
+    doc = full_record()
+    doc["counters"] = {
+        "names": ["cpu", "rss", "ipc"],
+        "values": [[0.5, 100, None], [0.7, None, 1.2], [0.6, 120, 1.1], [0, -3, 2**40]],
+        "timestamps": ["2024-05-01T02:00:00Z", 1.5, "2024-05-01T02:00:02.5+01:00", 3],
+        "role": "baseline",
+    }
+    profile = doc["inputs"]["profiles"][0]
+    doc["inputs"]["profiles"] = [
+        {**profile, "input_id": f"input-{index}", "statements": 100.0 * index} for index in range(3)
+    ]
+    return doc
+
+
+def metrics_only_record() -> dict[str, Any]:
+    return {key: value for key, value in full_record().items() if key not in ("counters", "inputs")}
+
+
+RECORD_BASES = [full_record(), rich_record(), metrics_only_record()]
+VERDICT_BASES = [verdict_doc(kind) for kind in VERDICT_KINDS]
+
+# Values chosen to hit each rule of the schemas and of the value checks.
+REPLACEMENTS: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    7,
+    1.0,
+    2.5,
+    -0.5,
+    1e308,
+    10**400,
+    math.nan,
+    math.inf,
+    -math.inf,
+    "",
+    "x",
+    "x" * 65,
+    "x" * 257,
+    "x" * 1025,
+    "2024-05-01T02:00:00Z",
+    "2024-05-01t02:00:00.5-07:00",
+    "2024-05-01T02:00:00Z\n",
+    "2024-13-01T00:00:00Z",
+    "2024-02-30T00:00:00+01:00",
+    "2024-05-01 02:00:00",
+    "0123456789abcdef0123",
+    "0123456789abcdef0123\n",
+    "lower_is_better",
+    "up",
+    "regression",
+    "baseline",
+    "full_suite",
+    "skip",
+    "perfwatch.record/v1",
+    "perfwatch.record/v2",
+    "perfwatch.verdict/v1",
+    "change_point.detected",
+    "recommendation",
+    [],
+    [1.0, None],
+    [[1.0]],
+    {},
+    {"value": 1.0},
+    {"value": "1"},
+    (1.0, 2.0),
+    np.float64(1.5),
+    np.float64(math.nan),
+]
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=6,
+)
+new_values = st.sampled_from(REPLACEMENTS) | json_values
+
+Path = tuple[str | int, ...]
+
+
+def locations(value: Any, path: Path = ()) -> list[Path]:
+    """The path of the value and of everything inside it."""
+    found = [path]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found.extend(locations(item, (*path, key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.extend(locations(item, (*path, index)))
+    return found
+
+
+def mutated(doc: Any, path: Path, how: str, value: Any) -> Any:
+    """The document with one change at path; the root can be replaced too."""
+    if not path:
+        return value if how == "replace" else doc
+    parent = doc
+    for part in path[:-1]:
+        parent = parent[part]
+    last = path[-1]
+    target = parent[last]
+    if how == "replace":
+        parent[last] = value
+    elif how == "delete":
+        del parent[last]
+    elif how == "add_key" and isinstance(target, dict):
+        target["extra" if value is None else str(value)[:8]] = value
+    elif how == "grow" and isinstance(target, dict):
+        # Past every maxProperties of the schemas but the 1000 metrics.
+        target.update({f"grown_{index}": copy.deepcopy(value) for index in range(65)})
+    elif how == "grow" and isinstance(target, list):
+        # Past every maxItems the tests can afford (names, rows).
+        filler = target[-1] if target else value
+        target.extend(copy.deepcopy(filler) for _ in range(1025))
+    elif how == "duplicate" and isinstance(target, list) and target:
+        target.append(copy.deepcopy(target[0]))
+    elif how == "tuple" and isinstance(target, list):
+        parent[last] = tuple(target)
+    return doc
+
+
+def is_plain_json(value: Any) -> bool:
+    """Only the types orjson decodes to: exact dict, list, str, int, float, bool and None."""
+    if type(value) is dict:
+        return all(type(key) is str and is_plain_json(item) for key, item in value.items())
+    if type(value) is list:
+        return all(map(is_plain_json, value))
+    return type(value) in (str, int, float, bool, type(None))
+
+
+@st.composite
+def mutated_documents(draw: st.DrawFn, bases: list[dict[str, Any]]) -> Any:
+    doc = copy.deepcopy(draw(st.sampled_from(bases)))
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(locations(doc)))
+        how = draw(st.sampled_from(["replace", "delete", "add_key", "grow", "duplicate", "tuple"]))
+        doc = mutated(doc, path, how, draw(new_values))
+    return doc
+
+
+def assert_quick_check_agrees(doc: Any, name: str) -> None:
+    validate = validate_record if name == "record" else validate_verdict
+    parse = parse_record if name == "record" else parse_verdict
+    full = records._all_problems(doc, name, check_finite=True)
+    quick = records._passes_quick_check(doc, name, check_finite=True)
+    assert not (quick and full), f"quick check accepted a document with problems: {full}"
+    if is_plain_json(doc):
+        assert quick == (not full), "quick check refused a valid document"
+    assert validate(doc) == full
+    try:
+        data = orjson.dumps(doc)
+    except TypeError:  # integers beyond 64 bits, numpy scalars: not JSON that orjson writes
+        return
+    decoded = orjson.loads(data)
+    full = records._all_problems(decoded, name, check_finite=False)
+    assert records._passes_quick_check(decoded, name, check_finite=False) == (not full)
+    if full:
+        with pytest.raises(RecordError) as caught:
+            parse(data)
+        assert list(caught.value.problems) == full
+    else:
+        parse(data)
+
+
+@pytest.mark.parametrize(("name", "bases"), [("record", RECORD_BASES), ("verdict", VERDICT_BASES)])
+def test_quick_check_accepts_the_valid_bases(name: str, bases: list[dict[str, Any]]) -> None:
+    for doc in bases:
+        assert records._all_problems(doc, name, check_finite=True) == []
+        assert records._passes_quick_check(doc, name, check_finite=True)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(doc=mutated_documents(RECORD_BASES))
+def test_quick_check_agrees_with_full_pass_on_records(doc: Any) -> None:
+    assert_quick_check_agrees(doc, "record")
+
+
+@settings(max_examples=250, deadline=None, derandomize=True)
+@given(doc=mutated_documents(VERDICT_BASES))
+def test_quick_check_agrees_with_full_pass_on_verdicts(doc: Any) -> None:
+    assert_quick_check_agrees(doc, "verdict")
+
+
+@pytest.mark.parametrize(
+    ("change", "valid"),
+    [
+        # Finite numbers whose sum overflows, and an integer beyond the float range.
+        ({"values": [[1e308, 1e308], [1e308, 1e308]]}, True),
+        ({"values": [[1.0, 2.0], [10**400, 1.0]]}, True),
+        ({"values": [[1.0, 2.0], [math.inf, -math.inf]]}, False),
+        ({"values": [[1.0, 2.0], [1e308, math.nan]]}, False),
+        ({"values": [[1.0, 2.0], [True, 1.0]]}, False),
+        ({"values": [[1.0, 2.0], [1.0, 2.0, 3.0]]}, False),
+        ({"timestamps": [1e308, 1e308]}, True),
+        ({"timestamps": ["2024-05-01T02:00:00Z", "2024-02-30T00:00:00Z"]}, False),
+        ({"timestamps": [0, "2024-05-01T02:00:00Z\n"]}, False),
+        ({"timestamps": [0, False]}, False),
+    ],
+)
+def test_counter_arrays_checked_whole_agree_with_full_pass(
+    change: dict[str, Any], valid: bool
+) -> None:
+    doc = full_record()
+    doc["counters"].update(change)
+    assert records._passes_quick_check(doc, "record", check_finite=True) is valid
+    assert (records._all_problems(doc, "record", check_finite=True) == []) is valid
+
+
+def test_patterns_keep_python_end_of_text_in_both_passes() -> None:
+    # jsonschema's "$" (Python's) also matches before a final newline; so must the quick check.
+    doc = verdict_doc("recommendation")
+    doc["verdict_id"] += "\n"
+    assert validate_verdict(doc) == []
+    assert records._passes_quick_check(doc, "verdict", check_finite=True)

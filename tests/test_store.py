@@ -69,8 +69,8 @@ def add(
 ) -> int | None:
     with store.transaction() as tx:
         series = tx.lock_series([key])[key]
-        position = tx.add_point(series, Point(run_id, value, ts, f"c-{run_id}", None))
-        tx.save_series(series, None)
+        (position,) = tx.add_points([(series, Point(run_id, value, ts, f"c-{run_id}", None))])
+        tx.save_series([(series, None)])
         return position
 
 
@@ -135,14 +135,14 @@ def test_series_state_round_trip(store: StateStore) -> None:
         series = locked[KEY]
         series.analyzer_params = {"window_len": 30}
         series.published = [{"index": 3, "run_id": "r3"}]
-        tx.save_series(series, b"\x00analyzer\xff")
+        tx.save_series([(series, b"\x00analyzer\xff")])
     with store.transaction() as tx:
         series = tx.lock_series([KEY])[KEY]
         assert series.version == 1
         assert series.analyzer_params == {"window_len": 30}
         assert series.published == [{"index": 3, "run_id": "r3"}]
-        assert tx.analyzer_state(series.series_id) == b"\x00analyzer\xff"
-        assert tx.analyzer_state(locked[other].series_id) is None
+        states = tx.analyzer_states([series.series_id, locked[other].series_id])
+        assert states == {series.series_id: b"\x00analyzer\xff"}
     assert store.published_change_points(KEY) == [{"index": 3, "run_id": "r3"}]
     assert store.published_change_points(SeriesKey.of("nope", "x")) == []
     assert store.series_count() == 2
@@ -163,7 +163,7 @@ def test_after_commit_callbacks_run_only_after_a_commit(store: StateStore) -> No
 def test_a_failed_transaction_leaves_nothing(store: StateStore) -> None:
     with pytest.raises(RuntimeError, match="boom"), store.transaction() as tx:
         series = tx.lock_series([KEY])[KEY]
-        tx.add_point(series, Point("r1", 1.0, 1.0))
+        tx.add_points([(series, Point("r1", 1.0, 1.0))])
         tx.add_verdict("v1", "change_point.detected", b"{}", "me", "db.insert", KEY.canonical)
         tx.put_blob("ns", "k", b"v")
         raise RuntimeError("boom")
@@ -278,9 +278,10 @@ def test_postgres_concurrent_writers_lose_no_point(postgres_url: str) -> None:
                 with store.transaction() as tx:
                     # Both writers touch all keys, listed in opposite orders.
                     ordered = keys if prefix == "a" else keys[::-1]
-                    for series in tx.lock_series(ordered).values():
-                        tx.add_point(series, Point(f"{prefix}{i}", float(i), float(i)))
-                        tx.save_series(series, None)
+                    locked = list(tx.lock_series(ordered).values())
+                    point = Point(f"{prefix}{i}", float(i), float(i))
+                    tx.add_points([(series, point) for series in locked])
+                    tx.save_series([(series, None) for series in locked])
 
         return write
 

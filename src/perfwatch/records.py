@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cache
 from importlib import resources
+from itertools import chain
 from typing import Any, Literal, cast
 
+import fastjsonschema
 import numpy as np
 import orjson
 from jsonschema import Draft202012Validator, ValidationError
@@ -381,6 +383,17 @@ def validate_verdict(doc: Any) -> list[Problem]:
 
 
 def _validate(doc: Any, name: Literal["record", "verdict"], *, check_finite: bool) -> list[Problem]:
+    """A quick yes for the common valid document; anything else gets the full pass, so the
+    problems reported never depend on the quick check."""
+    if _passes_quick_check(doc, name, check_finite=check_finite):
+        return []
+    return _all_problems(doc, name, check_finite=check_finite)
+
+
+def _all_problems(
+    doc: Any, name: Literal["record", "verdict"], *, check_finite: bool
+) -> list[Problem]:
+    """The full pass: jsonschema and the value checks, every problem with its JSON path."""
     if isinstance(doc, dict):
         version = doc.get("schema")
         expected = RECORD_SCHEMA if name == "record" else VERDICT_SCHEMA
@@ -400,15 +413,147 @@ def _validate(doc: Any, name: Literal["record", "verdict"], *, check_finite: boo
     if check_finite:
         problems.extend(_non_finite_numbers(doc, ()))
     if name == "record":
-        doc_for_schema, matrix_problems = _split_counter_matrix(doc)
+        doc_for_schema, rest = _cut_counter_arrays(doc, ("values",))
         problems.extend(_schema_problems(_validator(name), doc_for_schema))
-        problems.extend(matrix_problems)
+        problems.extend(_counter_row_problems(rest.get("values", [])))
     else:
         problems.extend(_schema_problems(_validator(name), doc))
     if isinstance(doc, dict):
         value_checks = _record_value_problems if name == "record" else _verdict_value_problems
         problems.extend(value_checks(doc))
     return _unique(problems)
+
+
+# The quick check answers only "valid or not", with no paths or messages, and must never say
+# yes to a document the full pass finds a problem in: the property tests hold the two together.
+
+
+def _passes_quick_check(
+    doc: Any, name: Literal["record", "verdict"], *, check_finite: bool
+) -> bool:
+    """Whether the document is valid, by the schema compiled to Python code (fastjsonschema,
+    stopping at the first problem), the large counter arrays judged whole with builtins, and
+    the value checks. Without ``check_finite`` the document must come from orjson, which yields
+    only dicts, lists, strings, finite numbers, booleans and nulls."""
+    if name == "verdict":
+        return (
+            _compiled_schema_passes("verdict", doc)
+            and next(_verdict_value_problems(doc), None) is None
+        )
+    doc_for_schema, rest = _cut_counter_arrays(doc, ("values", "timestamps"))
+    if not _compiled_schema_passes("record", doc_for_schema):
+        return False
+    if "values" in rest and not _counter_rows_pass(rest["values"], check_finite=check_finite):
+        return False
+    # The schema saw the first timestamp only and no calendar check ran yet: check them all.
+    stamps = doc.get("counters", {}).get("timestamps")
+    if stamps is not None and not _counter_stamps_pass(stamps, check_finite=check_finite):
+        return False
+    if check_finite and not _plain_and_finite(doc_for_schema):
+        return False
+    return next(_record_value_problems(doc, stamp_dates=False), None) is None
+
+
+def _compiled_schema_passes(name: Literal["record", "verdict"], doc: Any) -> bool:
+    try:
+        _compiled_validator(name)(doc)
+    except fastjsonschema.JsonSchemaException:
+        return False
+    return True
+
+
+@cache
+def _compiled_validator(name: Literal["record", "verdict"]) -> Callable[[Any], Any]:
+    # use_formats=False: like jsonschema by default, "format" only annotates (the pattern
+    # keyword does the checking); use_default=False: never write defaults into the document.
+    return fastjsonschema.compile(
+        _python_end_anchors(load_schema(name)), use_formats=False, use_default=False
+    )
+
+
+# An unescaped "$" in a pattern.
+_DOLLAR = re.compile(r"(?<!\\)\$")
+
+
+def _python_end_anchors(schema: Any) -> Any:
+    """A copy of the schema whose patterns spell Python's ``$`` (end of text, or before a final
+    newline) as a lookahead. jsonschema matches patterns with Python's ``re``; fastjsonschema
+    would read ``$`` as end of text only and so reject what the full pass accepts."""
+    if isinstance(schema, dict):
+        return {
+            key: _DOLLAR.sub(r"(?=\\n?\\Z)", value)
+            if key == "pattern" and isinstance(value, str)
+            else _python_end_anchors(value)
+            for key, value in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_python_end_anchors(item) for item in schema]
+    return schema
+
+
+_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
+_NUMBER_TYPES = frozenset({float, int})
+_CELL_TYPES = frozenset({float, int, type(None)})
+
+
+def _plain_and_finite(value: Any) -> bool:
+    """Whether the value holds only plain JSON values (exact dict, list, str, int, float, bool,
+    None) with finite floats; anything else (a tuple, a numpy number) is left to the full pass."""
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(map(_plain_and_finite, value.values()))
+    if kind is list:
+        return all(map(_plain_and_finite, value))
+    return kind in _PLAIN_SCALARS
+
+
+def _counter_rows_pass(rows: list[Any], *, check_finite: bool) -> bool:
+    """Whether the counter rows after the first meet the schema's rules (and hold finite
+    numbers), checked with builtins over the whole matrix rather than cell by cell."""
+    rule = _counter_rule("values")
+    if len(rows) + 1 > rule["maxItems"] or set(map(type, rows)) != {list}:
+        return False
+    if max(map(len, rows)) > rule["items"]["maxItems"]:
+        return False
+    if not set(map(type, chain.from_iterable(rows))) <= _CELL_TYPES:
+        return False
+    return not check_finite or _all_finite(rows)
+
+
+def _counter_stamps_pass(stamps: list[Any], *, check_finite: bool) -> bool:
+    """Whether every counter timestamp meets the schema (a number or an RFC 3339 text) and the
+    calendar check of `_date_problems`, and the numbers are finite."""
+    if len(stamps) > _counter_rule("timestamps")["maxItems"]:
+        return False
+    texts = [stamp for stamp in stamps if type(stamp) is str]
+    numbers = [stamp for stamp in stamps if type(stamp) is not str]
+    if not set(map(type, numbers)) <= _NUMBER_TYPES:
+        return False
+    if check_finite and not _all_finite([numbers]):
+        return False
+    if not all(map(_RFC3339.match, texts)):
+        return False
+    try:
+        # The same conversion as parse_rfc3339, mapped without a Python call per text.
+        list(map(datetime.fromisoformat, map(str.upper, texts)))
+    except ValueError:
+        return False
+    return True
+
+
+def _all_finite(rows: list[list[Any]]) -> bool:
+    """Whether every float in the rows (of numbers and nulls) is finite."""
+    try:
+        # A single infinity or NaN makes the sum non-finite, so a finite sum proves them all
+        # finite; filter(None, ...) drops the nulls (and the zeros, finite anyway).
+        if math.isfinite(sum(filter(None, chain.from_iterable(rows)))):
+            return True
+    except OverflowError:  # an integer beyond the float range
+        pass
+    # The sum itself overflowed or met a huge integer: look at each float.
+    return all(math.isfinite(cell) for cell in chain.from_iterable(rows) if type(cell) is float)
 
 
 def _checked(doc: Any, name: Literal["record", "verdict"], *, check_finite: bool) -> Any:
@@ -447,25 +592,43 @@ def _non_finite_numbers(value: Any, path: tuple[str | int, ...]) -> Iterator[Pro
             yield from _non_finite_numbers(item, (*path, index))
 
 
-def _split_counter_matrix(doc: Any) -> tuple[Any, list[Problem]]:
-    """The document with only the first counter row left for jsonschema, and the problems
-    of the other rows. jsonschema needs microseconds per cell, far too slow for a matrix of
-    up to a million; rows of plain numbers and nulls pass a quick check here, and only rows
-    failing it go through the schema's own row rule, for its exact messages."""
+def _cut_counter_arrays(
+    doc: Any, keys: tuple[Literal["values", "timestamps"], ...]
+) -> tuple[Any, dict[str, list[Any]]]:
+    """The document with the named counters arrays cut to their first item for schema
+    validation, and the rest of each. A schema validator needs microseconds per item, far too
+    slow for a matrix of up to a million cells; the callers check the rest with builtins, and
+    the full pass runs the schema's own rule only on rows failing that, for its exact messages."""
     counters = doc.get("counters") if isinstance(doc, dict) else None
-    rows = counters.get("values") if isinstance(counters, dict) else None
-    if not isinstance(rows, list) or len(rows) <= 1:
-        return doc, []
-    rule = load_schema("record")["$defs"]["counters"]["properties"]["values"]
+    if not isinstance(counters, dict):
+        return doc, {}
+    long_arrays = {
+        key: items
+        for key in keys
+        if isinstance(items := counters.get(key), list) and len(items) > 1
+    }
+    if not long_arrays:
+        return doc, {}
+    firsts = {key: items[:1] for key, items in long_arrays.items()}
+    rests = {key: items[1:] for key, items in long_arrays.items()}
+    return {**doc, "counters": {**counters, **firsts}}, rests
+
+
+def _counter_row_problems(other_rows: list[Any]) -> list[Problem]:
+    """The problems of the counter rows after the first (see `_cut_counter_arrays`)."""
+    if not other_rows:
+        return []
+    rule = _counter_rule("values")
     problems = []
-    if len(rows) > rule["maxItems"]:
+    if len(other_rows) + 1 > rule["maxItems"]:
         problems.append(
             Problem(
-                "$.counters.values", f"has {len(rows)} items; at most {rule['maxItems']} expected"
+                "$.counters.values",
+                f"has {len(other_rows) + 1} items; at most {rule['maxItems']} expected",
             )
         )
     row_limit = rule["items"]["maxItems"]
-    for index, row in enumerate(rows[1:], start=1):
+    for index, row in enumerate(other_rows, start=1):
         # type() rather than isinstance(): JSON Schema does not count booleans as numbers.
         if (
             isinstance(row, list)
@@ -476,14 +639,16 @@ def _split_counter_matrix(doc: Any) -> tuple[Any, list[Problem]]:
         problems.extend(
             _schema_problems(_counter_row_validator(), row, ("counters", "values", index))
         )
-    return {**doc, "counters": {**counters, "values": rows[:1]}}, problems
+    return problems
+
+
+def _counter_rule(key: Literal["values", "timestamps"]) -> dict[str, Any]:
+    return cast(dict[str, Any], load_schema("record")["$defs"]["counters"]["properties"][key])
 
 
 @cache
 def _counter_row_validator() -> Draft202012Validator:
-    return Draft202012Validator(
-        load_schema("record")["$defs"]["counters"]["properties"]["values"]["items"]
-    )
+    return Draft202012Validator(_counter_rule("values")["items"])
 
 
 def _schema_problems(
@@ -554,13 +719,14 @@ def _date_problems(value: Any, path: Sequence[str | int]) -> Iterator[Problem]:
             yield Problem(json_path(path), f"{value!r} is not a valid date-time: {error}")
 
 
-def _record_value_problems(doc: dict[str, Any]) -> Iterator[Problem]:
+def _record_value_problems(doc: dict[str, Any], *, stamp_dates: bool = True) -> Iterator[Problem]:
     """Checks JSON Schema cannot express; each runs where the structure it needs is intact,
-    so a document with schema problems still gets all of its problems reported."""
+    so a document with schema problems still gets all of its problems reported. The quick
+    check passes ``stamp_dates=False``: it has checked the counter timestamps' dates already."""
     yield from _date_problems(doc.get("timestamp"), ["timestamp"])
     counters = doc.get("counters")
     if isinstance(counters, dict):
-        yield from _counter_shape_problems(counters)
+        yield from _counter_shape_problems(counters, stamp_dates=stamp_dates)
     inputs = doc.get("inputs")
     profiles = inputs.get("profiles") if isinstance(inputs, dict) else None
     if isinstance(profiles, list):
@@ -578,7 +744,7 @@ def _record_value_problems(doc: dict[str, Any]) -> Iterator[Problem]:
                 first_seen[input_id] = index
 
 
-def _counter_shape_problems(counters: dict[str, Any]) -> Iterator[Problem]:
+def _counter_shape_problems(counters: dict[str, Any], *, stamp_dates: bool) -> Iterator[Problem]:
     names = counters.get("names")
     rows = counters.get("values")
     if not isinstance(rows, list):
@@ -603,8 +769,9 @@ def _counter_shape_problems(counters: dict[str, Any]) -> Iterator[Problem]:
                 "$.counters.timestamps",
                 f"has {len(stamps)} entries but counters.values has {len(rows)} observations",
             )
-        for index, stamp in enumerate(stamps):
-            yield from _date_problems(stamp, ["counters", "timestamps", index])
+        if stamp_dates:
+            for index, stamp in enumerate(stamps):
+                yield from _date_problems(stamp, ["counters", "timestamps", index])
 
 
 def _verdict_value_problems(doc: dict[str, Any]) -> Iterator[Problem]:

@@ -17,7 +17,7 @@ from types import FrameType
 
 import click
 
-from perfwatch.stream.brokers import BrokerError
+from perfwatch.stream.brokers import BrokerError, tail
 
 
 @click.group()
@@ -25,7 +25,7 @@ def dev() -> None:
     """Run a local Pulsar broker for development and tests."""
 
 
-def _wait_for_signal(is_running: Callable[[], bool]) -> None:
+def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> None:
     """Block until SIGINT/SIGTERM, or fail if the broker process dies first."""
     stop = threading.Event()
 
@@ -35,8 +35,12 @@ def _wait_for_signal(is_running: Callable[[], bool]) -> None:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         while not stop.wait(1.0):
-            if not is_running():
-                raise click.ClickException("the broker process exited unexpectedly")
+            # Ctrl-C reaches the broker too (same process group): only a death with no
+            # stop request is unexpected.
+            if not is_running() and not stop.is_set():
+                raise click.ClickException(
+                    f"the broker process exited unexpectedly; its log:\n{tail(log_file)}"
+                )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -75,7 +79,7 @@ def pulsar_standalone(
         if not jars_ready(home):
             click.echo(
                 f"Fetching Apache Pulsar {pulsar_version()} jars with Maven into {home} "
-                "(about 240 MB the first time) ...",
+                "(about 270 MB the first time) ...",
                 err=True,
             )
         began = time.monotonic()
@@ -92,14 +96,17 @@ def pulsar_standalone(
         )
         click.echo("Starting the Pulsar standalone ...", err=True)
         with standalone:
+            rss = standalone.rss_bytes()
             click.echo(
                 f"Pulsar standalone ready in {standalone.startup_seconds:.1f} s "
-                f"(pid {standalone.pid}, log {standalone.log_file})",
+                f"(pid {standalone.pid}"
+                + (f", {rss / 2**20:.0f} MB resident" if rss else "")
+                + f", log {standalone.log_file})",
                 err=True,
             )
             click.echo(f"service URL: {standalone.service_url}")
             click.echo(f"admin URL:   {standalone.admin_url}")
-            _wait_for_signal(lambda: standalone.running)
+            _wait_for_signal(lambda: standalone.running, standalone.log_file)
             click.echo("Stopping ...", err=True)
     except BrokerError as error:
         raise click.ClickException(str(error)) from error
@@ -124,7 +131,7 @@ def embedded(data_dir: Path | None, port: int | None) -> None:
                 err=True,
             )
             click.echo(f"service URL: {broker.service_url}")
-            _wait_for_signal(lambda: broker.running)
+            _wait_for_signal(lambda: broker.running, broker.log_file)
             click.echo("Stopping ...", err=True)
     except BrokerError as error:
         raise click.ClickException(str(error)) from error

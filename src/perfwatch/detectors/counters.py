@@ -142,6 +142,7 @@ class ClusterResult:
     # "ols": dependent on the other members; "intercept": the baseline mean (a lone counter
     # under singletons="intercept"); "none": not modelled (lone counter under "skip").
     model: Literal["ols", "intercept", "none"]
+    left_out: str | None  # the member left out of the predictors (decouple_strongest)
     intercept: float | None
     coefficients: dict[str, float]
     r_squared: float | None
@@ -162,6 +163,7 @@ class ClusterResult:
             "ks_pvalue": _json_float(self.ks_pvalue),
             "baseline_ks_statistic": _json_float(self.baseline_ks_statistic),
             "model": self.model,
+            "left_out": self.left_out,
             "intercept": _json_float(self.intercept),
             "coefficients": {name: _json_float(v) for name, v in self.coefficients.items()},
             "r_squared": _json_float(self.r_squared),
@@ -512,23 +514,6 @@ def ks_statistics(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return result
 
 
-def select_dependent(
-    baseline: np.ndarray, target: np.ndarray, baseline_spread: np.ndarray | None = None
-) -> tuple[int, float]:
-    """The column whose baseline and target samples differ most: the largest two-sample
-    Kolmogorov-Smirnov statistic, minus ``baseline_spread`` (per column) when given.
-    Returns (column, KS statistic).
-
-    With equal sample sizes the largest statistic is the smallest KS p-value (the
-    seed's rule); the statistic is compared because p-values underflow to 0 on long runs.
-    Ties go to the first column.
-    """
-    statistics = ks_statistics(baseline, target)
-    scores = statistics - (0.0 if baseline_spread is None else baseline_spread)
-    column = int(np.argmax(scores))
-    return column, float(statistics[column])
-
-
 def block_means(values: np.ndarray, window: int) -> np.ndarray:
     """Means of consecutive blocks of ``window`` rows (the last block may be shorter),
     NaN samples left out; NaN for a block with no sample. 1-D or 2-D input."""
@@ -566,24 +551,34 @@ def percentage_error(actual: np.ndarray, predicted: np.ndarray, floor: float) ->
 
 @dataclass(frozen=True)
 class _PreparedRun:
-    """One run's counters aligned to names, cut to steady state and averaged over blocks:
-    ``values`` filled, ``observed`` False for a block with no real sample (left out of
-    KS tests and errors). ``window`` is the steady-state range of the raw samples."""
+    """One run's counters aligned to names and cut to steady state: the raw samples
+    (filled) and their block means, each with a mask of what was really observed."""
 
-    values: np.ndarray
-    observed: np.ndarray
-    window: tuple[int, int]
-    samples: np.ndarray  # the raw steady-state samples, filled
+    samples: np.ndarray
     sample_observed: np.ndarray
+    values: np.ndarray  # block means of the filled samples
+    observed: np.ndarray  # False for a block without one real sample
+    window: tuple[int, int]  # the steady-state [start, end) of the raw samples
 
     def observed_values(self) -> np.ndarray:
         return np.where(self.observed, self.values, np.nan)
 
 
-@dataclass(frozen=True)
+class _Scores:
+    """Per candidate dependent: error on the target, usual error on good runs, the
+    excess compared with the threshold, and the predictor its model leaves out."""
+
+    def __init__(self, size: int) -> None:
+        self.error = np.full(size, np.nan)
+        self.usual = np.full(size, np.nan)
+        self.excess = np.full(size, -math.inf)
+        self.left_out: list[str | None] = [None] * size
+
+
+@dataclass
 class _Cluster:
-    members: list[str]  # predictors and dependents
-    redundant: list[str]  # dependents only
+    members: list[str]  # predictors, and dependents
+    redundant: list[str] = field(default_factory=list)  # dependents only
 
 
 class CounterRegressionCheck:
@@ -591,8 +586,9 @@ class CounterRegressionCheck:
 
     The seed's parameters:
 
-    threshold: a cluster whose prediction error exceeds it flags a regression (0.30, the
-        seed's example); ``calibrate`` replaces it with one learnt from good runs.
+    threshold: a cluster whose (excess) prediction error exceeds it flags a regression
+        (0.30, the seed's example); ``calibrate`` replaces it with one learnt from good
+        runs, as the seed recommends.
     redundancy_r2: redundancy analysis threshold (0.9); None turns the analysis off.
     distance: "1-|rho|" (default) or "1-rho".
 
@@ -609,50 +605,58 @@ class CounterRegressionCheck:
         different", and a clock "predicted" from trending counters measures their trend.
     identity_r2: before the redundancy analysis, remove exact and near-exact linear
         identities (sums and copies such as % Processor = % User + % Privileged): counters
-        whose adjusted R^2 on the others, without shrinkage, is at least this. They make
-        distances zero (an infinite Calinski-Harabasz index) and a model of a sum on its
-        parts predicts it perfectly whatever regresses. Skipped when there are not more
-        observations than counters. None: off.
+        whose adjusted R^2 on the others, without shrinkage, is at least this, judged on
+        the samples observed in full. They make distances zero (an infinite
+        Calinski-Harabasz index) and a model of a sum on its parts predicts it perfectly
+        whatever regresses. Skipped when there are not more samples than counters.
     shrinkage: the redundancy analysis works on the correlation matrix shrunk towards the
-        identity, (1 - s) C + s I. As counters approach the number of observations every
-        plain R^2 tends to 1 by overfitting alone (the seed's system had thousands of
-        counters), and shrinkage keeps the analysis meaningful. None (default): the
-        Ledoit-Wolf estimate of s when there are at most twice as many observations as
-        counters, else the plain R^2 adjusted for the number of counters (Ledoit-Wolf
-        over-shrinks when bursty counters give heavy tails); 0: always plain R^2.
-    redundant_dependents: a counter removed by the redundancy analysis is still a
-        candidate dependent of the cluster it is closest to (never a predictor), unless
-        one kept counter alone explains it (pairwise R^2 above redundancy_r2: a
-        duplicate). The analysis removes counters that other counters predict well, which
-        are the best dependents there are: on steady-state data it can remove every CPU
-        counter because load counters predict CPU, and a CPU regression then goes unseen.
-    dependent_selection: "beyond_baseline" (default) picks the counter whose KS statistic
-        against the target most exceeds the largest KS statistic between one good run and
-        the others: counters whose level differs from good run to good run (handles,
-        threads, virtual bytes) otherwise always look "most different" and hide the
-        counter a regression moved. "ks": the largest KS statistic (smallest p-value).
+        identity, (1 - s) C + s I. As counters approach the number of samples every plain
+        R^2 tends to 1 by overfitting alone (the seed's system had thousands of counters),
+        and shrinkage keeps the analysis meaningful. None (default): the Ledoit-Wolf
+        estimate of s when there are at most twice as many samples as counters, else the
+        plain R^2 adjusted for the number of counters (Ledoit-Wolf over-shrinks when
+        bursty counters give heavy tails); 0: always the plain R^2.
+    redundant_dependents: a counter removed by the redundancy analysis stays a candidate
+        dependent (never a predictor) of the cluster it is closest to, unless one kept
+        counter alone explains it (pairwise R^2 above redundancy_r2: a duplicate). The
+        analysis removes the counters that others predict well, which are the best
+        dependents there are: on steady-state data it can remove every CPU counter
+        because load counters predict CPU, and a CPU regression then goes unseen.
+    dependent_selection: which counter of a cluster is the dependent.
+        "largest_excess" (default) models every candidate on the others and keeps the one
+        with the largest excess error: a regression that changes only how counters relate
+        (every mean within a few percent) moves no distribution, so no KS rule finds the
+        counter it broke. "beyond_baseline": the counter whose KS statistic against the
+        target most exceeds the largest one between a good run and the other good runs
+        (counters whose level differs from good run to good run, such as handle counts,
+        otherwise always look "most different"). "ks": the seed's rule, the largest KS
+        statistic (the smallest p-value at equal sample sizes; p-values underflow to 0).
+    decouple_strongest: each candidate is also modelled without its strongest predictor
+        (largest standardized coefficient), and the model with the larger excess error
+        counts. A regression that scales a counter together with one it mechanically
+        drives (log writes and the kernel CPU they cost) keeps their relationship intact:
+        the model of one on the other cannot see it, the model without it can.
     singletons: what a cluster of one counter gets. "merge" (default) continues the
         average-linkage agglomeration for lone counters until none is left, so each is
         modelled with the counters it is closest to; "intercept" is the literal
         intercept-only model (the baseline mean), which measures the counter's own drift
         rather than a broken relationship; "skip" reports it unmodelled.
     error_floor: the denominator of each percentage error is at least this fraction of
-        the dependent counter's mean absolute baseline value, so samples near zero (an
-        idle second, a burst counter between bursts) cannot blow the error up; and a
-        counter whose baseline median is below the floor (zero most of the time: pages/sec,
-        queue lengths) is not a dependent while its cluster has another candidate, as a
-        percentage of a counter that is usually zero means nothing. 0: samples equal to
-        zero are left out instead (otherwise the seed's plain MAPE).
-    block: the analysis runs on the means of consecutive blocks of this many samples
-        (after steady-state trimming), as if the counters had been sampled that much less
-        often; 1 is the seed's sample-by-sample analysis. Bursty counters (page faults at
+        the dependent counter's mean absolute baseline value, so values near zero cannot
+        blow the error up; and a counter whose baseline median sample is below that floor
+        (zero most of the time: pages/sec, queue lengths) is never a dependent, as a
+        percentage of it means nothing; a cluster of such counters only is reported
+        unjudged. 0: values equal to zero are left out instead (the seed's plain MAPE).
+    block: models, KS tests and errors work on the means of consecutive blocks of this
+        many steady-state samples, as if the counters had been sampled that much less
+        often (the reduction still judges the samples). Bursty counters (page faults at
         each garbage collection) are unpredictable sample by sample and follow the load
-        only over a block, where the number of collections does.
+        only over a block, where the number of collections does. 1: the seed's samples.
     subtract_good_run_error: compare with the threshold the error in excess of the same
-        model's mean error on good runs it was not fitted on (each baseline run left out
-        in turn), not the raw error: "larger than usual modelling errors" in the seed's
-        words. A model of a noisy counter misses good runs by 15% as well; its 20% on the
-        target is no regression, while 20% from a model that misses good runs by 1% is.
+        model's usual error on good runs it was not fitted on (each baseline run left out
+        in turn; mean + 2 standard deviations): "larger than usual modelling errors" in
+        the seed's words. A model of a noisy counter misses good runs by 15% too; its 20%
+        on the target is no regression, while 20% from a model that misses by 1% is.
     calibration_margin: a calibrated threshold is the largest excess error of any good
         run checked against the others, plus this many (absolute) points.
     max_missing_fraction: a counter missing in more than this share of a run's samples is
@@ -675,6 +679,7 @@ class CounterRegressionCheck:
         shrinkage: float | None = None,
         redundant_dependents: bool = True,
         dependent_selection: DependentSelection = "largest_excess",
+        decouple_strongest: bool = True,
         singletons: SingletonRule = "merge",
         error_floor: float = 0.1,
         block: int = 10,
@@ -694,6 +699,7 @@ class CounterRegressionCheck:
         self.shrinkage = shrinkage
         self.redundant_dependents = redundant_dependents
         self.dependent_selection = dependent_selection
+        self.decouple_strongest = decouple_strongest
         self.singletons = singletons
         self.error_floor = error_floor
         self.block = block
@@ -713,6 +719,7 @@ class CounterRegressionCheck:
             "shrinkage": 0.0,
             "redundant_dependents": False,
             "dependent_selection": "ks",
+            "decouple_strongest": False,
             "singletons": "intercept",
             "error_floor": 0.0,
             "block": 1,
@@ -734,6 +741,7 @@ class CounterRegressionCheck:
             "shrinkage": self.shrinkage,
             "redundant_dependents": self.redundant_dependents,
             "dependent_selection": self.dependent_selection,
+            "decouple_strongest": self.decouple_strongest,
             "singletons": self.singletons,
             "error_floor": self.error_floor,
             "block": self.block,
@@ -772,16 +780,16 @@ class CounterRegressionCheck:
         if not names:
             raise ValueError("no counter is recorded in every baseline run")
         runs = [self._prepare(run, names, i) for i, run in enumerate(baseline_runs)]
-        pooled = np.vstack([run.values for run in runs])
+        # the reduction judges the samples themselves, like the seed: block means average
+        # noise away and would make many more counters look redundant
+        samples = np.vstack([run.samples for run in runs])
+        blocks = np.vstack([run.values for run in runs])
 
-        constant = np.ptp(pooled, axis=0) <= _constant_tolerance(pooled)
+        constant = np.ptp(samples, axis=0) <= _constant_tolerance(samples)
         analysed = np.flatnonzero(~constant)
         if self.drop_run_identities:
             analysed, run_identities = _drop_run_identities(runs, analysed, names)
             removed += run_identities
-        # the reduction judges the samples themselves, like the seed: block means average
-        # noise away and would make many more counters look redundant
-        samples = np.vstack([run.samples for run in runs])
         complete = np.vstack([run.sample_observed for run in runs])[:, analysed].all(axis=1)
         # identities hold on real samples; interpolated gaps would blur them
         exact_rows = samples[complete] if complete.mean() >= 0.5 else samples
@@ -790,17 +798,22 @@ class CounterRegressionCheck:
         kept, redundant = self._remove_redundant(samples, analysed, names)
         removed += redundant
 
-        correlation = correlation_matrix(pooled[:, kept]) if kept.size else np.zeros((0, 0))
+        correlation = correlation_matrix(blocks[:, kept]) if kept.size else np.zeros((0, 0))
         distance = correlation_distance(correlation, self.distance)
         labels, scores = cluster_counters(distance)
         if self.singletons == "merge" and labels.size:
             labels = merge_singletons(labels, distance)
         clusters = [
-            _Cluster([names[i] for i in kept[labels == label]], [])
+            _Cluster([names[i] for i in kept[labels == label]])
             for label in range(int(labels.max()) + 1 if labels.size else 0)
         ]
         if self.redundant_dependents and clusters:
-            self._attach_redundant(samples, pooled, kept, labels, redundant, names, clusters)
+            removed = [
+                self._attach(removal, samples, blocks, kept, labels, names, clusters)
+                if removal.reason == REDUNDANT
+                else removal
+                for removal in removed
+            ]
 
         self.names_ = names
         self.kept_ = [names[i] for i in kept]
@@ -808,39 +821,38 @@ class CounterRegressionCheck:
         self.redundant_members_ = [c.redundant for c in clusters]
         self.ch_scores_ = scores
         self.removed_ = removed
-        self.baseline_constant_ = {names[i]: float(pooled[0, i]) for i in np.flatnonzero(constant)}
+        self.baseline_constant_ = {names[i]: float(samples[0, i]) for i in np.flatnonzero(constant)}
         self.baseline_windows_ = [run.window for run in runs]
         modelled = [name for c in clusters for name in c.members + c.redundant]
         columns = [names.index(name) for name in modelled]
         observed = [run.observed_values()[:, columns] for run in runs]
-        self._baseline = dict(zip(modelled, pooled[:, columns].T, strict=True))
+        self._baseline = dict(zip(modelled, blocks[:, columns].T, strict=True))
         self._baseline_observed = dict(zip(modelled, np.vstack(observed).T, strict=True))
         self.baseline_spread_ = dict(zip(modelled, self._spread(observed), strict=True))
-        edges = np.cumsum([0] + [run.values.shape[0] for run in runs])
-        samples = np.abs(np.vstack([run.samples[:, columns] for run in runs]))
-        below = np.median(samples, axis=0) < self.error_floor * samples.mean(axis=0)
+        magnitude = np.abs(samples[:, columns])
+        below = np.median(magnitude, axis=0) < self.error_floor * magnitude.mean(axis=0)
         self.usually_zero_ = {modelled[i] for i in np.flatnonzero(below)}
+        edges = np.cumsum([0] + [run.values.shape[0] for run in runs])
         self._run_slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(edges)]
         return self
 
     def _collapse_identities(
-        self, pooled: np.ndarray, analysed: np.ndarray, names: list[str]
+        self, samples: np.ndarray, analysed: np.ndarray, names: list[str]
     ) -> tuple[np.ndarray, list[RemovedCounter]]:
-        observations = pooled.shape[0]
+        observations = samples.shape[0]
         if self.identity_r2 is None or analysed.size < 2 or observations <= analysed.size + 1:
             return analysed, []
-        correlation = shrink_correlation(correlation_matrix(pooled[:, analysed]), _MIN_RIDGE)
+        correlation = shrink_correlation(correlation_matrix(samples[:, analysed]), _MIN_RIDGE)
         steps = redundancy_analysis(correlation, self.identity_r2, observations=observations)
         removed = [_removal(step, names, analysed, IDENTITY, "a linear identity") for step in steps]
-        gone = analysed[[step.index for step in steps]]
-        return np.setdiff1d(analysed, gone), removed
+        return np.delete(analysed, [step.index for step in steps]), removed
 
     def _remove_redundant(
-        self, pooled: np.ndarray, analysed: np.ndarray, names: list[str]
+        self, samples: np.ndarray, analysed: np.ndarray, names: list[str]
     ) -> tuple[np.ndarray, list[RemovedCounter]]:
         if self.redundancy_r2 is None or analysed.size < 2:
             return analysed, []
-        values = pooled[:, analysed]
+        values = samples[:, analysed]
         observations, counters = values.shape
         amount = self.shrinkage
         if amount is None:
@@ -853,53 +865,46 @@ class CounterRegressionCheck:
             correlation, self.redundancy_r2, observations=observations if adjust else None
         )
         removed = [_removal(step, names, analysed, REDUNDANT, "redundant") for step in steps]
-        gone = analysed[[step.index for step in steps]]
-        return np.setdiff1d(analysed, gone), removed
+        return np.delete(analysed, [step.index for step in steps]), removed
 
-    def _attach_redundant(
+    def _attach(
         self,
+        removal: RemovedCounter,
         samples: np.ndarray,
-        pooled: np.ndarray,
+        blocks: np.ndarray,
         kept: np.ndarray,
         labels: np.ndarray,
-        redundant: list[RemovedCounter],
         names: list[str],
         clusters: list[_Cluster],
-    ) -> None:
-        """Make each redundant counter that is not a duplicate of one kept counter a
-        dependent candidate of the cluster at the smallest mean distance."""
+    ) -> RemovedCounter:
+        """Make a redundant counter that duplicates no kept counter a dependent
+        candidate of the cluster at the smallest mean distance."""
         assert self.redundancy_r2 is not None
-        for position, removal in enumerate(redundant):
-            column = names.index(removal.counter)
-            correlation = correlation_matrix(samples[:, [column, *kept]])[0, 1:]
-            twin = int(np.argmax(np.abs(correlation)))
-            if correlation[twin] ** 2 > self.redundancy_r2:
-                redundant[position] = RemovedCounter(
-                    removal.counter,
-                    removal.reason,
-                    f"{removal.detail}; duplicates {names[kept[twin]]} "
-                    f"(correlation {correlation[twin]:.3f})",
-                    removal.r_squared,
-                    removal.explained_by,
-                )
-                continue
-            on_blocks = correlation_matrix(pooled[:, [column, *kept]])[0, 1:]
-            gaps = _distance_to_counter(on_blocks, self.distance)
+        column = names.index(removal.counter)
+        on_samples = correlation_matrix(samples[:, [column, *kept]])[0, 1:]
+        twin = int(np.argmax(np.abs(on_samples)))
+        if on_samples[twin] ** 2 > self.redundancy_r2:
+            note = f"duplicates {names[kept[twin]]} (correlation {on_samples[twin]:.3f})"
+        else:
+            gaps = correlation_distance(correlation_matrix(blocks[:, [column, *kept]]))[0, 1:]
+            if self.distance == "1-rho":
+                gaps = 1.0 - correlation_matrix(blocks[:, [column, *kept]])[0, 1:]
             nearest = min(range(len(clusters)), key=lambda c: (gaps[labels == c].mean(), c))
             clusters[nearest].redundant.append(removal.counter)
-            redundant[position] = RemovedCounter(
-                removal.counter,
-                removal.reason,
-                f"{removal.detail}; still a dependent candidate of cluster {nearest}",
-                removal.r_squared,
-                removal.explained_by,
-            )
+            note = f"still a dependent candidate of cluster {nearest}"
+        return RemovedCounter(
+            removal.counter,
+            removal.reason,
+            f"{removal.detail}; {note}",
+            removal.r_squared,
+            removal.explained_by,
+        )
 
     def _spread(self, blocks: list[np.ndarray]) -> np.ndarray:
         """Per counter: the largest KS statistic between one good run and the others
-        (zeros with one run or with dependent_selection="ks")."""
+        (zeros with a single run)."""
         width = blocks[0].shape[1]
-        if self.dependent_selection == "ks" or len(blocks) < 2 or width == 0:
+        if len(blocks) < 2 or width == 0:
             return np.zeros(width)
         return np.max(
             [
@@ -913,7 +918,7 @@ class CounterRegressionCheck:
 
     def check(self, target: CounterSamples) -> CounterCheckResult:
         """Predict the target with one model per cluster and flag the clusters whose
-        prediction error exceeds the threshold."""
+        (excess) prediction error exceeds the threshold."""
         if not hasattr(self, "clusters_"):
             raise RuntimeError("call fit(baseline_runs) before check(target)")
         removed = list(self.removed_)
@@ -940,7 +945,7 @@ class CounterRegressionCheck:
         for name, level in self.baseline_constant_.items():
             if name not in values:
                 continue
-            column = values[name]
+            column = prepared.samples[:, wanted.index(name)]
             if np.ptp(column) <= _constant_tolerance(column[:, None])[0]:
                 removed.append(
                     RemovedCounter(name, ZERO_VARIANCE, "zero variance in baseline and target")
@@ -961,12 +966,11 @@ class CounterRegressionCheck:
         for number, (members, redundant) in enumerate(
             zip(self.clusters_, self.redundant_members_, strict=True)
         ):
-            members = [m for m in members if m in values]
-            redundant = [m for m in redundant if m in values]
-            if members or redundant:
-                results.append(
-                    self._check_cluster(number, members, redundant, values, observed, threshold)
-                )
+            cluster = _Cluster(
+                [m for m in members if m in values], [m for m in redundant if m in values]
+            )
+            if cluster.members or cluster.redundant:
+                results.append(self._check_cluster(number, cluster, values, observed, threshold))
         results.sort(key=lambda c: (c.excess_error is None, -(c.excess_error or 0.0), c.cluster))
         flagged = [c for c in results if c.flagged]
         look_first = [c.dependent for c in flagged]
@@ -981,7 +985,7 @@ class CounterRegressionCheck:
             look_first=look_first,
             baseline_runs=len(self._run_slices),
             baseline_observations=sum(end - start for start, end in self.baseline_windows_),
-            target_observations=int(prepared.values.shape[0]),
+            target_observations=prepared.window[1] - prepared.window[0],
             target_window=prepared.window,
             target_label=target.label,
             parameters=self.get_params(),
@@ -990,61 +994,66 @@ class CounterRegressionCheck:
     def _check_cluster(
         self,
         number: int,
-        members: list[str],
-        redundant: list[str],
+        cluster: _Cluster,
         target: dict[str, np.ndarray],
         target_observed: dict[str, np.ndarray],
         threshold: float,
     ) -> ClusterResult:
-        # a percentage of a counter that is zero most of the time means nothing: a cluster
-        # of such counters only is reported, not judged
-        candidates = [c for c in members + redundant if c not in self.usually_zero_]
-        judged = bool(candidates)
-        candidates = candidates or members + redundant
-        statistics = ks_statistics(
-            np.column_stack([self._baseline_observed[c] for c in candidates]),
-            np.column_stack([target_observed[c] for c in candidates]),
-        )
-        if self.dependent_selection == "largest_excess" and judged and len(members) > 1:
-            scores = self._screen(members, candidates, target, target_observed)
+        everyone = cluster.members + cluster.redundant
+        # a percentage of a counter that is zero most of the time means nothing
+        candidates = [c for c in everyone if c not in self.usually_zero_]
+        modelable = [
+            c
+            for c in candidates
+            if self.singletons == "intercept" or any(m != c for m in cluster.members)
+        ]
+        if self.dependent_selection == "largest_excess":
+            pool = modelable
         else:
-            scores = statistics - np.array([self.baseline_spread_[c] for c in candidates])
-        column = int(np.argmax(scores))
-        dependent, statistic = candidates[column], float(statistics[column])
-        pvalue = float(
-            ks_2samp(
-                _present(self._baseline_observed[dependent]), _present(target_observed[dependent])
-            ).pvalue
+            pool = candidates or everyone
+            statistics = ks_statistics(
+                np.column_stack([self._baseline_observed[c] for c in pool]),
+                np.column_stack([target_observed[c] for c in pool]),
+            )
+            if self.dependent_selection == "beyond_baseline":
+                statistics = statistics - np.array([self.baseline_spread_[c] for c in pool])
+            pool = [pool[int(np.argmax(statistics))]]
+        scores = None
+        if pool and pool[0] in modelable:
+            scores = self._score_models(cluster.members, pool, target, target_observed)
+            position = int(np.argmax(scores.excess))
+            dependent = pool[position]
+        else:
+            dependent = (pool or candidates or everyone)[0]
+        ks = ks_2samp(
+            _present(self._baseline_observed[dependent]), _present(target_observed[dependent])
         )
-        predictors = [m for m in members if m != dependent]
         y_base = self._baseline[dependent]
-        floor = self.error_floor * float(np.mean(np.abs(y_base)))
         intercept: float | None = None
         coefficients: dict[str, float] = {}
-        r_squared: float | None = None
-        error = good_run_error = None
+        r_squared = error = good_run_error = excess = left_out = None
         model: Literal["ols", "intercept", "none"] = "none"
-        if judged and (predictors or self.singletons == "intercept"):
+        if scores is not None:
+            left_out = scores.left_out[position]
+            predictors = [m for m in cluster.members if m not in (dependent, left_out)]
             model = "ols" if predictors else "intercept"
             fitted = sm.OLS(y_base, _design(self._baseline, predictors)).fit()
             intercept = float(fitted.params[0])
             coefficients = dict(zip(predictors, map(float, fitted.params[1:]), strict=True))
             r_squared = float(fitted.rsquared) if predictors else None
-            prediction = fitted.predict(_design(target, predictors))
-            error = _finite(percentage_error(target_observed[dependent], prediction, floor))
-            good_run_error = self._good_run_error(dependent, predictors, floor)
-        excess = None
-        if error is not None:
-            excess = error - (good_run_error or 0.0) if self.subtract_good_run_error else error
+            error = _finite(scores.error[position])
+            good_run_error = _finite(scores.usual[position])
+            excess = _finite(scores.excess[position])
         return ClusterResult(
             cluster=number,
-            members=sorted(members + redundant),
-            redundant_members=redundant,
+            members=sorted(everyone),
+            redundant_members=cluster.redundant,
             dependent=dependent,
-            ks_statistic=statistic,
-            ks_pvalue=pvalue,
+            ks_statistic=float(ks.statistic),
+            ks_pvalue=float(ks.pvalue),
             baseline_ks_statistic=float(self.baseline_spread_[dependent]),
             model=model,
+            left_out=left_out,
             intercept=intercept,
             coefficients=coefficients,
             r_squared=r_squared,
@@ -1056,76 +1065,110 @@ class CounterRegressionCheck:
             target_mean=float(np.mean(target[dependent])),
         )
 
-    def _screen(
+    def _score_models(
         self,
         members: list[str],
         candidates: list[str],
         target: dict[str, np.ndarray],
         target_observed: dict[str, np.ndarray],
-    ) -> np.ndarray:
-        """Excess error of every candidate's model (a member on the other members, a
-        redundant counter on all members), from one inverse Gram matrix per fit instead
-        of one regression per candidate: with the design A = [1, members] and
-        H = (A'A)^-1, member j regressed on the others predicts x_j - (x H)_j / H_jj."""
+    ) -> _Scores:
+        """Per candidate: its model's prediction error on the target, the model's usual
+        error on good runs (``_usual_error`` of its errors on each baseline run, fitted on
+        the others; with one baseline run, its error on that run), and what is compared
+        with the threshold. With decouple_strongest, the better of the model on all the
+        other members and the model without the strongest of them.
+
+        A member is modelled on the other members, a redundant counter on all members.
+        All models of one fit come from a single inverse Gram matrix instead of one
+        regression each: for the design A = [1, members] and H = (A'A)^-1, member j
+        regressed on the others predicts x_j - (x H)_j / H_jj for a row x, and leaving out
+        column q as well is the rank-one downdate H - H[:, q] H[q, :] / H_qq.
+        """
         names = list(dict.fromkeys(members + candidates))
         width = len(members)
+        columns = [names.index(c) for c in candidates]
         base = np.column_stack([self._baseline[n] for n in names])
         centre, scale = base.mean(axis=0), base.std(axis=0)
         scale[scale == 0] = 1.0
         z_base = (base - centre) / scale
         z_target = (np.column_stack([target[n] for n in names]) - centre) / scale
 
-        def predict(train: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        def inverse_gram(train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             design = np.column_stack([np.ones(int(train.sum())), z_base[train, :width]])
-            inverse = np.linalg.pinv(design.T @ design, hermitian=True)
+            return design, np.linalg.pinv(design.T @ design, hermitian=True)
+
+        # the strongest predictor of each candidate (a design column), from the full fit
+        design, inverse = inverse_gram(np.ones(z_base.shape[0], dtype=bool))
+        strongest: list[int | None] = []
+        for column in columns:
+            if column < width:
+                beta = -inverse[1:, column + 1] / inverse[column + 1, column + 1]
+                beta[column] = 0.0
+                enough = width >= 3
+            else:
+                beta = (inverse @ (design.T @ z_base[:, column]))[1:]
+                enough = width >= 2
+            use = self.decouple_strongest and enough
+            strongest.append(int(np.argmax(np.abs(beta))) + 1 if use else None)
+
+        def predict(train: np.ndarray, rows: np.ndarray) -> np.ndarray:
+            """(rows, candidates, 2): predictions of the full and the decoupled models."""
+            design, inverse = inverse_gram(train)
             new = np.column_stack([np.ones(rows.shape[0]), rows[:, :width]])
-            predicted = np.empty(rows.shape)
-            predicted[:, :width] = rows[:, :width] - (new @ inverse)[:, 1:] / np.diag(inverse)[1:]
-            if len(names) > width:
-                predicted[:, width:] = new @ (inverse @ (design.T @ z_base[train, width:]))
-            return predicted * scale + centre
+            projected = new @ inverse
+            predicted = np.full((rows.shape[0], len(columns), 2), np.nan)
+            for c, (column, q) in enumerate(zip(columns, strongest, strict=True)):
+                if column < width:
+                    j = column + 1
+                    predicted[:, c, 0] = rows[:, column] - projected[:, j] / inverse[j, j]
+                    if q is not None:
+                        shrunk = projected[:, j] - projected[:, q] * inverse[q, j] / inverse[q, q]
+                        pivot = inverse[j, j] - inverse[q, j] ** 2 / inverse[q, q]
+                        predicted[:, c, 1] = rows[:, column] - shrunk / pivot
+                else:
+                    moments = design.T @ z_base[train, column]
+                    predicted[:, c, 0] = new @ (inverse @ moments)
+                    if q is not None:
+                        predicted[:, c, 1] = (
+                            predicted[:, c, 0]
+                            - projected[:, q] * (inverse[q] @ moments) / inverse[q, q]
+                        )
+            return predicted * scale[columns][None, :, None] + centre[columns][None, :, None]
 
         everything = np.ones(z_base.shape[0], dtype=bool)
         on_target = predict(everything, z_target)
-        held_out = []
-        for run in self._run_slices if len(self._run_slices) > 1 else [slice(None)]:
-            train = everything.copy()
-            if run != slice(None):
+        if len(self._run_slices) > 1:
+            held_out = []
+            for run in self._run_slices:
+                train = everything.copy()
                 train[run] = False
-            held_out.append((run, predict(train, z_base[run])))
-        scores = np.empty(len(candidates))
-        for position, name in enumerate(candidates):
-            column = names.index(name)
+                held_out.append((run, predict(train, z_base[run])))
+        else:
+            held_out = [(slice(None), predict(everything, z_base))]
+        scores = _Scores(len(candidates))
+        for c, name in enumerate(candidates):
             floor = self.error_floor * float(np.mean(np.abs(self._baseline[name])))
-            error = percentage_error(target_observed[name], on_target[:, column], floor)
-            usual = [
-                percentage_error(self._baseline_observed[name][run], predicted[:, column], floor)
-                for run, predicted in held_out
-            ]
-            usual_mean = _usual_error([e for e in usual if math.isfinite(e)]) or 0.0
-            excess = error - usual_mean if self.subtract_good_run_error else error
-            scores[position] = excess if math.isfinite(excess) else -math.inf
+            for variant in (0, 1) if strongest[c] is not None else (0,):
+                error = percentage_error(target_observed[name], on_target[:, c, variant], floor)
+                usual = _usual_error(
+                    [
+                        e
+                        for run, predicted in held_out
+                        if math.isfinite(
+                            e := percentage_error(
+                                self._baseline_observed[name][run], predicted[:, c, variant], floor
+                            )
+                        )
+                    ]
+                )
+                excess = error - (usual if math.isfinite(usual) else 0.0)
+                if not self.subtract_good_run_error:
+                    excess = error
+                excess = excess if math.isfinite(excess) else -math.inf
+                if variant == 0 or excess > scores.excess[c]:
+                    scores.error[c], scores.usual[c], scores.excess[c] = error, usual, excess
+                    scores.left_out[c] = None if variant == 0 else members[strongest[c] - 1]
         return scores
-
-    def _good_run_error(self, dependent: str, predictors: list[str], floor: float) -> float | None:
-        """The mean error of the same model on a good run it was not fitted on (each
-        baseline run left out in turn); with one baseline run, its error on that run."""
-        y = self._baseline[dependent]
-        observed = self._baseline_observed[dependent]
-        design = _design(self._baseline, predictors)
-        if len(self._run_slices) == 1:
-            fitted = sm.OLS(y, design).fit()
-            return _finite(percentage_error(observed, fitted.fittedvalues, floor))
-        errors = []
-        for held_out in self._run_slices:
-            train = np.ones(y.size, dtype=bool)
-            train[held_out] = False
-            fitted = sm.OLS(y[train], design[train]).fit()
-            errors.append(
-                percentage_error(observed[held_out], fitted.predict(design[held_out]), floor)
-            )
-        finite = [e for e in errors if math.isfinite(e)]
-        return _usual_error(finite)
 
     # --- calibration -------------------------------------------------------------------
 
@@ -1142,9 +1185,9 @@ class CounterRegressionCheck:
             largest.append(check.check(run).max_excess_error or 0.0)
         self.calibration_ = {
             "runs": [_run_label(run, i) for i, run in enumerate(good_runs)],
-            "largest_errors": largest,
+            "largest_excess_errors": largest,
             "margin": self.calibration_margin,
-            "threshold": max(largest) + self.calibration_margin,
+            "threshold": max(max(largest), 0.0) + self.calibration_margin,
         }
         return self
 
@@ -1203,16 +1246,19 @@ class CounterRegressionCheck:
             )
         # whole blocks only: a shorter last block would average a different stretch
         end = start + (end - start) // self.block * self.block
-        # averaging filled samples keeps linear identities exact across single gaps
-        blocks = block_means(filled[start:end], self.block)
-        observed = block_means((~np.isnan(raw[start:end])).astype(float), self.block) > 0
-        if blocks.shape[0] < 3:
+        if end - start < 3 * self.block:
             raise ValueError(
-                f"{_run_label(run, index)}: {end - start} steady-state sample(s) make "
-                f"{blocks.shape[0]} block(s) of {self.block}; at least 3 needed"
+                f"{_run_label(run, index)}: {end - start} steady-state sample(s); at least "
+                f"{3 * self.block} ({3} blocks of {self.block}) needed"
             )
+        observed = ~np.isnan(raw[start:end])
         return _PreparedRun(
-            blocks, observed, (start, end), filled[start:end], ~np.isnan(raw[start:end])
+            samples=filled[start:end],
+            sample_observed=observed,
+            # averaging filled samples keeps linear identities exact across single gaps
+            values=block_means(filled[start:end], self.block),
+            observed=block_means(observed.astype(float), self.block) > 0,
+            window=(start, end),
         )
 
 
@@ -1272,8 +1318,13 @@ def _removal(
     )
 
 
-def _distance_to_counter(correlation: np.ndarray, kind: Distance) -> np.ndarray:
-    return 1.0 - np.abs(correlation) if kind == "1-|rho|" else 1.0 - correlation
+def _usual_error(errors: list[float]) -> float:
+    """The upper end of a model's usual error on good runs: mean + 2 standard deviations
+    of its errors on the held-out runs (the error itself with one run; NaN with none)."""
+    if not errors:
+        return math.nan
+    spread = float(np.std(errors, ddof=1)) if len(errors) > 1 else 0.0
+    return float(np.mean(errors)) + 2.0 * spread
 
 
 def _design(columns: dict[str, np.ndarray], predictors: list[str]) -> np.ndarray:
@@ -1282,21 +1333,12 @@ def _design(columns: dict[str, np.ndarray], predictors: list[str]) -> np.ndarray
     return np.column_stack([np.ones(rows)] + [columns[p] for p in predictors])
 
 
-def _usual_error(errors: list[float]) -> float | None:
-    """The upper end of a model's usual error on good runs: mean + 2 standard deviations
-    of its errors on the held-out runs (just the error with one run)."""
-    if not errors:
-        return None
-    spread = float(np.std(errors, ddof=1)) if len(errors) > 1 else 0.0
-    return float(np.mean(errors)) + 2.0 * spread
-
-
 def _present(values: np.ndarray) -> np.ndarray:
     return values[~np.isnan(values)]
 
 
 def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+    return float(value) if math.isfinite(value) else None
 
 
 def _standardize(values: np.ndarray) -> np.ndarray:

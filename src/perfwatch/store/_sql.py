@@ -156,11 +156,13 @@ class SqlTransaction(StoreTransaction):
             raise StoreError("series rows vanished while locking them")
         return states
 
-    def add_point(self, series: SeriesState, point: Point) -> int | None:
-        inserted = self._execute(
-            "INSERT INTO points (series_id, run_id, ts, arrival, value, commit_id, time) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (series_id, run_id) DO NOTHING",
-            (
+    def add_points(self, items: Sequence[tuple[SeriesState, Point]]) -> list[int | None]:
+        if not items:
+            return []
+        rows = ", ".join("(?, ?, ?, ?, ?, ?, ?)" for _ in items)
+        params: list[Any] = []
+        for series, point in items:
+            params += [
                 series.series_id,
                 point.run_id,
                 point.timestamp,
@@ -168,10 +170,22 @@ class SqlTransaction(StoreTransaction):
                 point.value,
                 point.commit,
                 point.time,
-            ),
-        ).rowcount
-        if inserted == 0:
-            return None
+            ]
+        inserted = {
+            row[0]
+            for row in self._execute(
+                f"INSERT INTO points (series_id, run_id, ts, arrival, value, commit_id, time) "
+                f"VALUES {rows} ON CONFLICT (series_id, run_id) DO NOTHING RETURNING series_id",
+                params,
+            ).fetchall()
+        }
+        return [
+            self._place(series, point) if series.series_id in inserted else None
+            for series, point in items
+        ]
+
+    def _place(self, series: SeriesState, point: Point) -> int:
+        """The position of a point just inserted; advances the series' counters."""
         if series.max_timestamp is None or point.timestamp >= series.max_timestamp:
             position = series.length  # the common case: the newest run goes last
             series.max_timestamp = point.timestamp
@@ -195,28 +209,40 @@ class SqlTransaction(StoreTransaction):
         ).fetchall()
         return [_point_from_row(row) for row in rows]
 
-    def analyzer_state(self, series_id: int) -> bytes | None:
-        row = self._execute(
-            "SELECT analyzer_state FROM series WHERE series_id = ?", (series_id,)
-        ).fetchone()
-        return None if row is None or row[0] is None else bytes(row[0])
+    def analyzer_states(self, series_ids: Sequence[int]) -> dict[int, bytes]:
+        if not series_ids:
+            return {}
+        marks = ", ".join("?" for _ in series_ids)
+        rows = self._execute(
+            f"SELECT series_id, analyzer_state FROM series WHERE series_id IN ({marks}) "
+            "AND analyzer_state IS NOT NULL",
+            list(series_ids),
+        ).fetchall()
+        return {series_id: bytes(state) for series_id, state in rows}
 
-    def save_series(self, series: SeriesState, analyzer_state: bytes | None) -> None:
-        series.version += 1
-        params = None if series.analyzer_params is None else orjson.dumps(series.analyzer_params)
-        self._execute(
-            "UPDATE series SET length = ?, max_timestamp = ?, next_arrival = ?, version = ?, "
-            "analyzer_params = ?, analyzer_state = ?, published = ? WHERE series_id = ?",
-            (
-                series.length,
-                series.max_timestamp,
-                series.next_arrival,
-                series.version,
-                None if params is None else params.decode(),
-                analyzer_state,
-                orjson.dumps(series.published).decode(),
-                series.series_id,
+    def save_series(self, items: Sequence[tuple[SeriesState, bytes | None]]) -> None:
+        rows = []
+        for series, analyzer_state in items:
+            series.version += 1
+            params = series.analyzer_params
+            rows.append(
+                (
+                    series.length,
+                    series.max_timestamp,
+                    series.next_arrival,
+                    series.version,
+                    None if params is None else orjson.dumps(params).decode(),
+                    analyzer_state,
+                    orjson.dumps(series.published).decode(),
+                    series.series_id,
+                )
+            )
+        self._cursor.executemany(
+            self._store.dialect(
+                "UPDATE series SET length = ?, max_timestamp = ?, next_arrival = ?, version = ?, "
+                "analyzer_params = ?, analyzer_state = ?, published = ? WHERE series_id = ?"
             ),
+            rows,
         )
 
     def add_verdict(

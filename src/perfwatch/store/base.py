@@ -125,12 +125,13 @@ class StoreTransaction(ABC):
         """Create missing series rows and lock all of them (in key order) until commit."""
 
     @abstractmethod
-    def add_point(self, series: SeriesState, point: Point) -> int | None:
-        """Insert `point` unless its run id is already in the series.
+    def add_points(self, items: Sequence[tuple[SeriesState, Point]]) -> list[int | None]:
+        """Insert one point into each of several series (one statement), skipping run
+        ids already in their series.
 
-        Returns its position in the series (0-based, order = timestamp then
-        arrival) or None for a run id seen before. Updates `series` in memory;
-        `save_series` writes it.
+        Returns, per item, the point's position in its series (0-based, order =
+        timestamp then arrival) or None for a run id seen before. Updates the
+        series in memory; `save_series` writes them.
         """
 
     @abstractmethod
@@ -138,12 +139,13 @@ class StoreTransaction(ABC):
         """Points at positions [start, stop) in series order."""
 
     @abstractmethod
-    def analyzer_state(self, series_id: int) -> bytes | None:
-        """The serialised analyzer saved with the series, if any."""
+    def analyzer_states(self, series_ids: Sequence[int]) -> dict[int, bytes]:
+        """The serialised analyzers saved with these series (absent: none saved)."""
 
     @abstractmethod
-    def save_series(self, series: SeriesState, analyzer_state: bytes | None) -> None:
-        """Write the series row (length, params, published change points) and the state."""
+    def save_series(self, items: Sequence[tuple[SeriesState, bytes | None]]) -> None:
+        """Write series rows (length, params, published change points) with their
+        analyzer states."""
 
     @abstractmethod
     def add_verdict(

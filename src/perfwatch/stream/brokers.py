@@ -27,13 +27,16 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from types import TracebackType
+from typing import Any, Literal, Self
 
 import pulsar
 
@@ -338,6 +341,45 @@ def ensure_partitioned_topic(
 
 # --- helpers for brokers run as local child processes -------------------------------
 
+
+class ChildProcessBroker(ABC):
+    """Lifecycle shared by brokers run as a child process; a context manager."""
+
+    _process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @abstractmethod
+    def start(self) -> Self:
+        """Start the process and return once the broker serves clients."""
+
+    @abstractmethod
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the process: SIGTERM then SIGKILL after a grace period, or SIGKILL at once."""
+
+    def restart(self, *, kill: bool = False) -> Self:
+        """Stop (SIGKILL when `kill`) and start again on the same data and ports."""
+        self.stop(kill=kill)
+        return self.start()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
 LOG_TAIL_LINES = 40
 
 
@@ -417,8 +459,8 @@ def listening_addresses(pid: int) -> list[str]:
                 continue
             host_hex, port_hex = fields[1].split(":")
             packed = bytes.fromhex(host_hex)
-            # /proc prints each 32-bit word of the address in host (little-endian) order.
-            packed = b"".join(packed[i : i + 4][::-1] for i in range(0, len(packed), 4))
+            if sys.byteorder == "little":  # /proc prints each 32-bit word in host order
+                packed = b"".join(packed[i : i + 4][::-1] for i in range(0, len(packed), 4))
             addresses.append(f"{socket.inet_ntop(family, packed)}:{int(port_hex, 16)}")
     return addresses
 

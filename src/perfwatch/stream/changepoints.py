@@ -9,7 +9,7 @@ points it now reports against the ones last published.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from perfwatch.config import Config
 from perfwatch.detectors.analyzer import SeriesAnalyzer
@@ -30,6 +30,27 @@ from perfwatch.stream.verdicts import diff_change_points, make_verdict, shift_af
 MAX_CACHED_ANALYZERS = 50_000
 
 
+class RunInfo(NamedTuple):
+    """The record's place in time, shared by all its metrics."""
+
+    timestamp: float  # epoch seconds: the ordering key
+    time: str  # RFC 3339
+
+
+class Added(NamedTuple):
+    """A metric value that entered its series."""
+
+    metric: str
+    series: SeriesState
+    position: int
+    length_before: int
+
+
+def _fresh(entry: tuple[int, SeriesAnalyzer] | None, series: SeriesState) -> bool:
+    """Whether a cached analyzer is the one saved with the series' current version."""
+    return entry is not None and entry[0] == series.version
+
+
 def series_key(record: Record, metric: str, identifying: tuple[str, ...]) -> SeriesKey:
     """Test + metric + the identifying attributes the record has ("branch" is a field)."""
     attributes = {}
@@ -43,59 +64,117 @@ def series_key(record: Record, metric: str, identifying: tuple[str, ...]) -> Ser
 class ChangePointHandler:
     def __init__(self, config: Config) -> None:
         self._config = config
-        # (test, metric) -> parameters and their dict form (asdict is slow).
-        self._params: dict[tuple[str, str], tuple[EDivisiveParams, dict[str, Any]]] = {}
+        # configured setting -> parameters and their dict form (asdict is slow).
+        self._params: dict[tuple[tuple[str, Any], ...], tuple[EDivisiveParams, dict[str, Any]]]
+        self._params = {}
         self._analyzers: dict[int, tuple[int, SeriesAnalyzer]] = {}
 
     def handle(self, record: Record, tx: StoreTransaction, emitted_at: datetime) -> list[Verdict]:
         identifying = self._config.series.identifying_attributes
-        keys = {metric: series_key(record, metric, identifying) for metric in record.metrics}
+        metrics = sorted(record.metrics)
+        keys = {metric: series_key(record, metric, identifying) for metric in metrics}
         locked = tx.lock_series(list(keys.values()))
+        run = RunInfo(record.timestamp.timestamp(), format_rfc3339(record.timestamp))
+        items = [
+            (
+                locked[keys[metric]],
+                Point(record.run_id, record.metrics[metric].value, run.timestamp,
+                      record.commit, run.time),
+            )
+            for metric in metrics
+        ]  # fmt: skip
+        lengths_before = [series.length for series, _ in items]
+        positions = tx.add_points(items)
+        added = [
+            Added(metric, series, position, length_before)
+            for metric, (series, _), position, length_before in zip(
+                metrics, items, positions, lengths_before, strict=True
+            )
+            if position is not None  # None: the run is there already (redelivery, replay)
+        ]
+        if not added:
+            return []
+        analyzers = self._advance(record, added, tx)
         verdicts: list[Verdict] = []
-        for metric in sorted(record.metrics):
-            verdicts.extend(self._update(record, metric, locked[keys[metric]], tx, emitted_at))
+        pairs = list(zip(added, analyzers, strict=True))
+        for change, analyzer in pairs:
+            verdicts.extend(self._beliefs(record, change, analyzer, tx, emitted_at))
+        tx.save_series([(change.series, analyzer.to_bytes()) for change, analyzer in pairs])
+        for change, analyzer in pairs:
+            self._cache_after_commit(tx, change.series, analyzer)
         return verdicts
 
     def params_for(self, test: str, metric: str) -> tuple[EDivisiveParams, dict[str, Any]]:
-        known = self._params.get((test, metric))
+        """The series' parameters and their dict form, built once per distinct setting."""
+        configured = self._config.analyzer_params_for(test, metric)
+        setting = tuple(sorted(configured.items()))
+        known = self._params.get(setting)
         if known is None:
-            params = EDivisiveParams.from_dict(self._config.analyzer_params_for(test, metric))
-            known = self._params[(test, metric)] = (params, params.to_dict())
+            params = EDivisiveParams.from_dict(configured)
+            known = self._params[setting] = (params, params.to_dict())
         return known
 
-    def _update(
+    def _advance(
+        self, record: Record, added: list[Added], tx: StoreTransaction
+    ) -> list[SeriesAnalyzer]:
+        """Each touched series' analyzer with the record's value in place."""
+        # Taken out of the cache: if the transaction rolls back, a mutated
+        # analyzer must not be found again.
+        cached = {a.series.series_id: self._analyzers.pop(a.series.series_id, None) for a in added}
+        current = {a.metric: self.params_for(record.test, a.metric) for a in added}
+        to_load = [
+            a.series.series_id
+            for a in added
+            if a.series.analyzer_params == current[a.metric][1]
+            and not _fresh(cached[a.series.series_id], a.series)
+        ]
+        states = tx.analyzer_states(to_load)
+        analyzers = []
+        for a in added:
+            params, params_dict = current[a.metric]
+            series = a.series
+            entry = cached[series.series_id]
+            if series.analyzer_params != params_dict:
+                # A new series, or its parameters changed in the configuration:
+                # analyse its whole history (new point included) once.
+                analyzer = SeriesAnalyzer(params)
+                analyzer.append([p.value for p in tx.points(series.series_id)])
+            else:
+                if entry is not None and _fresh(entry, series):
+                    analyzer = entry[1]
+                elif series.series_id in states:
+                    analyzer = SeriesAnalyzer.from_bytes(states[series.series_id])
+                else:
+                    raise RuntimeError(f"series {series.key.canonical} has parameters, no state")
+                value = record.metrics[a.metric].value
+                if a.position == series.length - 1:
+                    analyzer.append([value])
+                else:
+                    analyzer.insert(a.position, [value])
+            analyzers.append(analyzer)
+        return analyzers
+
+    def _beliefs(
         self,
         record: Record,
-        metric: str,
-        series: SeriesState,
+        added: Added,
+        analyzer: SeriesAnalyzer,
         tx: StoreTransaction,
         emitted_at: datetime,
     ) -> list[Verdict]:
-        value = record.metrics[metric]
-        time_text = format_rfc3339(record.timestamp)
-        previous_length = series.length
-        point = Point(
-            record.run_id, value.value, record.timestamp.timestamp(), record.commit, time_text
-        )
-        position = tx.add_point(series, point)
-        if position is None:
-            return []  # this run is in the series already: redelivery or a replay
-        params, params_dict = self.params_for(record.test, metric)
-        analyzer = self._advance(series, params, params_dict, position, value.value, tx)
-
+        """Diff the analyzer's change points against those last published; the verdicts."""
+        series = added.series
         published = [ChangePointEvidence.from_json(cp) for cp in series.published]
-        if position < previous_length:
-            published = shift_after_insert(published, position)
-        direction = value.direction or self._config.direction_for(metric)
+        if added.position < added.length_before:
+            published = shift_after_insert(published, added.position)
+        direction = record.metrics[added.metric].direction or self._config.direction_for(
+            added.metric
+        )
         current = self._evidence(analyzer.change_points_, published, series, tx, direction)
         changes, new_published = diff_change_points(published, current, self._config.verdicts)
-
         series.published = [cp.to_json() for cp in new_published]
-        series.analyzer_params = params_dict
-        tx.save_series(series, analyzer.to_bytes())
-        self._cache_after_commit(tx, series, analyzer)
-
-        ref = SeriesRef(record.test, metric, dict(series.key.attributes))
+        series.analyzer_params = self.params_for(record.test, added.metric)[1]
+        ref = SeriesRef(record.test, added.metric, dict(series.key.attributes))
         return [
             make_verdict(
                 change,
@@ -108,38 +187,6 @@ class ChangePointHandler:
             )
             for change in changes
         ]
-
-    def _advance(
-        self,
-        series: SeriesState,
-        params: EDivisiveParams,
-        params_dict: dict[str, Any],
-        position: int,
-        value: float,
-        tx: StoreTransaction,
-    ) -> SeriesAnalyzer:
-        """The series' analyzer with the new value in place."""
-        # Taken out of the cache: if the transaction rolls back, the mutated
-        # analyzer must not be found again.
-        cached = self._analyzers.pop(series.series_id, None)
-        if series.analyzer_params != params_dict:
-            # New series, or its parameters changed in the configuration:
-            # analyse its whole history once with the current parameters.
-            analyzer = SeriesAnalyzer(params)
-            analyzer.append([p.value for p in tx.points(series.series_id)])
-            return analyzer
-        if cached is not None and cached[0] == series.version:
-            analyzer = cached[1]
-        else:
-            state = tx.analyzer_state(series.series_id)
-            if state is None:
-                raise RuntimeError(f"series {series.key.canonical} has parameters but no state")
-            analyzer = SeriesAnalyzer.from_bytes(state)
-        if position == series.length - 1:
-            analyzer.append([value])
-        else:
-            analyzer.insert(position, [value])
-        return analyzer
 
     def _cache_after_commit(
         self, tx: StoreTransaction, series: SeriesState, analyzer: SeriesAnalyzer

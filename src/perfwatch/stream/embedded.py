@@ -29,7 +29,6 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 import pulsar
@@ -37,6 +36,7 @@ from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
 from perfwatch.stream.brokers import (
     BrokerError,
+    ChildProcessBroker,
     free_loopback_ports,
     is_loopback,
     listening_addresses,
@@ -151,7 +151,7 @@ def _end_process(pid: int, grace: float) -> None:
         return
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(ChildProcessBroker):
     """A pulsar-lite child process; a context manager that starts and stops it."""
 
     def __init__(
@@ -176,27 +176,8 @@ class EmbeddedBroker:
         return f"pulsar://127.0.0.1:{self.port}"
 
     @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
     def log_file(self) -> Path:
         return self.data_dir / LOG_NAME
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> Self:
         """Start on `port` (default: a free one), wait for a real client round trip."""
@@ -324,8 +305,3 @@ class EmbeddedBroker:
             return
         stop_process(process, 0 if kill else self.stop_grace)
         self._pid_file.remove()
-
-    def restart(self, *, kill: bool = False) -> Self:
-        """Stop (SIGKILL when `kill`) and start again on the same port and data."""
-        self.stop(kill=kill)
-        return self.start()

@@ -26,12 +26,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from perfwatch.stream.brokers import (
     LOG_TAIL_LINES,
     BrokerError,
+    ChildProcessBroker,
     free_loopback_ports,
     port_is_free,
     readiness_problem,
@@ -42,6 +42,7 @@ from perfwatch.stream.brokers import (
 DEPLOY_DIR = Path(__file__).resolve().parents[3] / "deploy" / "pulsar"
 HOME_ENV = "PERFWATCH_PULSAR_HOME"
 STARTER_CLASS = "org.apache.pulsar.PulsarStandaloneStarter"
+FETCH_TIMEOUT = 1800.0  # the first fetch downloads about 270 MB
 
 # Flags Pulsar's own launcher passes on Java 17 (reflection into JDK internals used
 # by netty, BookKeeper and the metrics code), plus a small footprint for a 2-core
@@ -138,8 +139,8 @@ def fetch_jars(home: Path | None = None, *, mvn: str = "mvn") -> Path:
         mvn_path = shutil.which(mvn)
         if mvn_path is None:
             raise StandaloneError(
-                f"Maven ({mvn}) not found on PATH: install it (e.g. apt-get install maven) "
-                f"or set {HOME_ENV} to a folder whose lib/ holds the Pulsar jars"
+                f"Maven ({mvn}) not found on PATH: it fetches the Pulsar jars into {home}; "
+                "install it (e.g. apt-get install maven)"
             )
         partial = home / "lib.partial"
         shutil.rmtree(partial, ignore_errors=True)
@@ -153,7 +154,15 @@ def fetch_jars(home: Path | None = None, *, mvn: str = "mvn") -> Path:
             "-DincludeScope=runtime",
             f"-DoutputDirectory={partial}",
         ]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        try:
+            result = subprocess.run(
+                command, capture_output=True, text=True, check=False, timeout=FETCH_TIMEOUT
+            )
+        except subprocess.TimeoutExpired as error:
+            raise StandaloneError(
+                f"fetching Pulsar {pulsar_version()} jars took over {FETCH_TIMEOUT:.0f} s: "
+                f"{' '.join(command)}"
+            ) from error
         if result.returncode != 0 or not any(partial.glob("pulsar-broker-*.jar")):
             output = (result.stdout + result.stderr).splitlines()
             raise StandaloneError(
@@ -202,7 +211,7 @@ def _die_with_parent() -> Callable[[], None] | None:
     return hook
 
 
-class PulsarStandalone:
+class PulsarStandalone(ChildProcessBroker):
     """One Pulsar standalone process; a context manager that starts and stops it.
 
     Without `data_dir`, each start uses a fresh temporary folder deleted on stop.
@@ -247,14 +256,6 @@ class PulsarStandalone:
         return f"http://127.0.0.1:{self._require_ports()[1]}"
 
     @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
     def log_file(self) -> Path:
         if self._run_dir is None:
             raise StandaloneError("the standalone has not been started")
@@ -267,23 +268,23 @@ class PulsarStandalone:
 
     # --- lifecycle ------------------------------------------------------------------
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def start(self) -> Self:
         """Start and wait until ready; on failure stop it and raise with the log tail."""
         if self._process is not None:
             raise StandaloneError(f"the standalone is already running (pid {self._process.pid})")
         java = self._check_prerequisites()
         run_dir = self._prepare_run_dir()
+        began = time.monotonic()
+        try:
+            self._launch(java, run_dir)
+            self._wait_until_ready(began)
+        except BaseException:
+            self.stop()  # also removes a temporary data folder
+            raise
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def _launch(self, java: str, run_dir: Path) -> None:
         broker_port, web_port, bookie_port = self._choose_ports(run_dir)
         template = (deploy_dir() / "standalone.conf").read_text()
         config = render_config(
@@ -322,7 +323,6 @@ class PulsarStandalone:
             "--bookkeeper-port",
             str(bookie_port),
         ]
-        began = time.monotonic()
         # The child keeps its own copy of the log file descriptor.
         with open(run_dir / "logs" / "stdout.log", "ab") as stdout:
             self._process = subprocess.Popen(
@@ -333,13 +333,6 @@ class PulsarStandalone:
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent(),
             )
-        try:
-            self._wait_until_ready(began)
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - began
-        return self
 
     def _check_prerequisites(self) -> str:
         java = shutil.which(self.java)
@@ -363,14 +356,16 @@ class PulsarStandalone:
 
     def _choose_ports(self, run_dir: Path) -> tuple[int, int, int]:
         ports_file = run_dir / "ports.json"
-        if self._ports is None and ports_file.is_file():
-            saved = json.loads(ports_file.read_text())
-            self._ports = (saved["broker"], saved["web"], saved["bookie"])
         if self._ports is None:
-            requested = [port for port in self._requested_ports if port is not None]
-            fresh = iter(p for p in free_loopback_ports(4) if p not in requested)
-            broker, web = (port or next(fresh) for port in self._requested_ports)
-            self._ports = (broker, web, next(fresh))
+            # Requested ports first, then the ones this data folder used before.
+            saved = json.loads(ports_file.read_text()) if ports_file.is_file() else {}
+            taken = {*self._requested_ports, *saved.values()}
+            fresh = iter(p for p in free_loopback_ports(3 + len(taken)) if p not in taken)
+            self._ports = (
+                self._requested_ports[0] or saved.get("broker") or next(fresh),
+                self._requested_ports[1] or saved.get("web") or next(fresh),
+                saved.get("bookie") or next(fresh),
+            )
         busy = [port for port in self._ports if not port_is_free(port)]
         if busy:
             raise StandaloneError(
@@ -419,11 +414,9 @@ class PulsarStandalone:
             self._ports = None
 
     def restart(self, *, kill: bool = False) -> Self:
-        """Stop (SIGKILL when `kill`) and start again on the same data and ports."""
         if self.data_dir is None:
             raise StandaloneError("restart() needs a data_dir: a temporary one is deleted on stop")
-        self.stop(kill=kill)
-        return self.start()
+        return super().restart(kill=kill)
 
     def rss_bytes(self) -> int | None:
         """Resident memory of the running JVM (Linux /proc), or None."""

@@ -1,0 +1,137 @@
+"""Counter samples from files: plain CSV with a time column, and (through
+``read_counter_runs``) every format ``perfwatch compare`` accepts.
+
+Plain CSV: a header row, a time column (the first column unless named), then one column
+per counter; one row per sample. Empty cells, ``NaN`` and ``null`` are missing samples.
+The time values are not interpreted: rows are samples in file order.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+from perfwatch.detectors.counters import CounterSamples
+from perfwatch.formats.errors import SourceError
+from perfwatch.formats.jsonl import read_records
+from perfwatch.formats.perfmon_csv import is_perfmon_header, read_perfmon_csv
+
+_MISSING = {"", "nan", "null", "na"}
+
+
+def read_counter_csv(path: str | Path, *, time_column: str | None = None) -> CounterSamples:
+    """The counter samples of one plain CSV file; SourceError naming the line and
+    column of the first problem."""
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            rows = [(reader.line_num, row) for row in reader if any(c.strip() for c in row)]
+    except FileNotFoundError:
+        raise SourceError(path, "no such file") from None
+    except UnicodeDecodeError as error:
+        raise SourceError(path, f"not UTF-8 text (byte {error.start})") from None
+    except csv.Error as error:
+        raise SourceError(path, f"malformed CSV: {error}") from None
+    if not rows:
+        raise SourceError(path, "empty file: expected a header row", line=1)
+    header_line, header = rows[0]
+    header = [cell.strip() for cell in header]
+    if time_column is None:
+        time_index = 0
+    elif time_column in header:
+        time_index = header.index(time_column)
+    else:
+        raise SourceError(path, f"no column named {time_column!r} in the header", line=header_line)
+    counters = [i for i in range(len(header)) if i != time_index]
+    if not counters:
+        raise SourceError(
+            path, "the header has a time column but no counter column", line=header_line
+        )
+    seen: dict[str, int] = {}
+    for i in counters:
+        if not header[i]:
+            raise SourceError(path, "empty counter name", line=header_line, column=i + 1)
+        if header[i] in seen:
+            raise SourceError(
+                path,
+                f"counter {header[i]!r} appears twice (columns {seen[header[i]] + 1} and {i + 1})",
+                line=header_line,
+                column=i + 1,
+            )
+        seen[header[i]] = i
+    values = []
+    for line, row in rows[1:]:
+        if len(row) != len(header):
+            raise SourceError(
+                path, f"{len(row)} cells, but the header has {len(header)}", line=line
+            )
+        values.append([_number(path, line, i, row[i], header[i]) for i in counters])
+    if not values:
+        raise SourceError(path, "no samples after the header", line=header_line + 1)
+    return CounterSamples([header[i] for i in counters], np.array(values), label=str(path))
+
+
+def read_counter_runs(path: str | Path) -> list[CounterSamples]:
+    """Every run in a file: one for a CSV file (plain or perfmon), one per record with
+    ``counters`` for perfwatch JSON (``.json``: a record or an array of records;
+    ``.jsonl``: one record per line)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".blg":
+        raise SourceError(path, "binary perfmon log: convert it first with `relog FILE -f csv`")
+    if suffix in (".json", ".jsonl", ".ndjson"):
+        return _record_runs(path)
+    try:
+        with path.open(encoding="utf-8-sig", errors="replace") as handle:
+            first_line = handle.readline()
+    except FileNotFoundError:
+        raise SourceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise SourceError(path, "is a directory, not a file") from None
+    if is_perfmon_header(first_line):
+        return [read_perfmon_csv(path)]
+    return [read_counter_csv(path)]
+
+
+def _record_runs(path: Path) -> list[CounterSamples]:
+    runs = []
+    for sourced in read_records(path):
+        counters = sourced.record.counters
+        if counters is None:
+            raise SourceError(
+                path,
+                f"record {sourced.record.run_id!r} has no counters",
+                line=sourced.line,
+                column=sourced.column,
+            )
+        runs.append(
+            CounterSamples(
+                counters.names,
+                counters.matrix(),
+                label=f"{path}:{sourced.line} (run {sourced.record.run_id})",
+            )
+        )
+    if not runs:
+        raise SourceError(path, "no record in the file")
+    return runs
+
+
+def _number(path: Path, line: int, index: int, cell: str, counter: str) -> float:
+    text = cell.strip()
+    if text.lower() in _MISSING:
+        return math.nan
+    try:
+        value = float(text)
+    except ValueError:
+        raise SourceError(
+            path, f"not a number: {cell!r} (counter {counter!r})", line=line, column=index + 1
+        ) from None
+    if math.isinf(value):
+        raise SourceError(
+            path, f"infinite value (counter {counter!r})", line=line, column=index + 1
+        )
+    return value

@@ -75,6 +75,7 @@ from perfwatch.detectors.counters import (
     correlation_matrix,
     fill_missing,
     percentage_error,
+    prediction_bound,
     redundancy_analysis,
     shrink_correlation,
     steady_state_window,
@@ -335,7 +336,7 @@ def generate_study(seed: int = 2015, good_runs: int = 5) -> Study:
 
 # --- the approaches compared -------------------------------------------------------------
 
-MARGIN = 0.05  # calibrated threshold = largest good-run score + this (the detector's default)
+LEVEL = 0.99  # calibrated threshold: upper prediction bound of a good run's score
 FIXED_THRESHOLD = 0.30  # the seed's example threshold
 ALPHA = 0.05  # per-counter tests: family-wise level, Bonferroni-corrected
 BLOCK = 10  # samples per block, as the detector's default
@@ -414,13 +415,13 @@ Score = Callable[[Sequence[CounterSamples], CounterSamples], float]
 
 
 def calibrated_threshold(score: Score, good_runs: Sequence[CounterSamples]) -> float:
-    """The seed's advice, made leave-one-out: each good run scored against the others;
-    the largest score plus MARGIN."""
+    """The seed's advice, made leave-one-out as the detector's ``calibrate`` does: each
+    good run scored against the others; the upper prediction bound of those scores."""
     scores = [
         score([r for j, r in enumerate(good_runs) if j != i], run)
         for i, run in enumerate(good_runs)
     ]
-    return max(max(scores), 0.0) + MARGIN
+    return max(prediction_bound(scores, LEVEL), 0.0)
 
 
 # --- the evaluation ----------------------------------------------------------------------

@@ -34,6 +34,7 @@ from perfwatch.records import (
 )
 from perfwatch.store import SeriesKey, StateStore, open_store
 from perfwatch.stream.changepoints import ChangePointHandler
+from perfwatch.stream.recommendations import baseline_key
 
 T0 = datetime(2024, 3, 1, 2, 0, tzinfo=UTC)
 RUNS = 80
@@ -147,7 +148,8 @@ def recommendation_verdict(store: StateStore) -> Verdict:
     recommendation = RunOrSkipRecommender().recommend(clustering, update)
     baseline = {"profiles": [asdict(p) for p in suite], "labels": clustering.labels_}
     with store.transaction() as tx:
-        tx.put_blob(queries.INPUT_BASELINE_NAMESPACE, "suite.inputs", orjson.dumps(baseline))
+        key = baseline_key("suite.inputs", {})
+        tx.put_blob(queries.INPUT_BASELINE_NAMESPACE, key, orjson.dumps(baseline))
     return Verdict(
         verdict_id=hashlib.sha256(b"recommendation-1").hexdigest()[:32],
         kind="recommendation",

@@ -399,7 +399,16 @@ def test_configuration_reference_lists_every_key_with_its_default() -> None:
 
     config = Config()
     expected = {}
-    for section in ("broker", "topics", "consumer", "store", "series", "verdicts", "observability"):
+    for section in (
+        "broker",
+        "topics",
+        "consumer",
+        "store",
+        "series",
+        "verdicts",
+        "observability",
+        "recommendation",
+    ):
         values = getattr(config, section)
         for spec in fields(values):
             expected[f"{section}.{spec.name}"] = toml_text(getattr(values, spec.name))

@@ -90,6 +90,37 @@ class ObservabilityConfig:
     log_level: str = "info"
 
 
+# The methods of perfwatch.detectors.inputs.InputClustering (not imported: it loads scikit-learn).
+INPUT_CLUSTERING_METHODS = ("dbscan", "kmeans", "gmm", "agglomerative")
+
+
+@dataclass(frozen=True)
+class RecommendationConfig:
+    """Run-or-skip on the stream; the defaults are those of `perfwatch recommend`."""
+
+    method: str = "dbscan"
+    per_cluster: int = 3
+    acceptable_slowdown: float = 0.38
+    time_tolerance: float = 0.1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in INPUT_CLUSTERING_METHODS:
+            raise ConfigError(
+                f"recommendation.method: expected one of {', '.join(INPUT_CLUSTERING_METHODS)}, "
+                f"got {self.method!r}"
+            )
+        if self.per_cluster < 1:
+            raise ConfigError(
+                f"recommendation.per_cluster: must be at least 1, got {self.per_cluster}"
+            )
+        for name in ("acceptable_slowdown", "time_tolerance"):
+            if getattr(self, name) < 0:
+                raise ConfigError(
+                    f"recommendation.{name}: must be 0 or more, got {getattr(self, name)}"
+                )
+
+
 @dataclass(frozen=True)
 class AnalyzerRule:
     """Analyzer parameters for the series whose test and metric match the globs."""
@@ -111,6 +142,7 @@ class Config:
     series: SeriesConfig = field(default_factory=SeriesConfig)
     verdicts: VerdictPolicy = field(default_factory=VerdictPolicy)
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
+    recommendation: RecommendationConfig = field(default_factory=RecommendationConfig)
     # [analyzer] scalar keys: the defaults for every series.
     analyzer: Mapping[str, Any] = field(default_factory=dict)
     # [[analyzer.rules]]: later matching rules override earlier ones key by key.
@@ -141,6 +173,7 @@ _SCALAR_SECTIONS: dict[str, type] = {
     "series": SeriesConfig,
     "verdicts": VerdictPolicy,
     "observability": ObservabilityConfig,
+    "recommendation": RecommendationConfig,
 }
 
 

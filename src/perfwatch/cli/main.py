@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "serve": "perfwatch.cli.serve:serve",
     "dashboard": "perfwatch.cli.dashboard:dashboard",
     "demo": "perfwatch.cli.demo:demo",
+    "compare": "perfwatch.cli.compare:compare",
 }
 
 

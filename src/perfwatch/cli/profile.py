@@ -45,6 +45,17 @@ from perfwatch.records import RECORD_SCHEMA
 )
 @click.option("--publish", is_flag=True, help="Also publish the profiles as one record.")
 @click.option(
+    "--reference",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="With --publish, for an update sample: profiles of the same inputs on the old code, "
+    "measured next to this run; sent along so the processor cancels the machine's drift.",
+)
+@click.option(
+    "--branch",
+    help="Branch of the published record [default: from CI variables or git]. An update "
+    "sample is judged against the full suite of the same test and branch.",
+)
+@click.option(
     "--test",
     "test_id",
     default="input-profiles",
@@ -67,6 +78,8 @@ def profile(
     only: Path | None,
     kind: str | None,
     publish: bool,
+    reference: Path | None,
+    branch: str | None,
     test_id: str,
     pulsar_url: str | None,
     topic: str | None,
@@ -80,6 +93,9 @@ def profile(
     topic as one record with an `inputs` block. Exits with pytest's status
     when a test failed (the profiles of the passing tests are still written).
     """
+    if reference is not None and not publish:
+        raise click.UsageError("--reference is sent with the record: it needs --publish")
+    reference_file = None if reference is None else _read_profiles(reference)
     command = [
         sys.executable,
         "-m",
@@ -100,46 +116,58 @@ def profile(
         raise click.ClickException(
             f"pytest (exit status {status}) profiled no test; {output} was not written"
         )
-    try:
-        profile_file = read_input_profile(output)
-    except SourceError as error:
-        raise click.ClickException(str(error)) from None
+    profile_file = _read_profiles(output)
+    if reference_file is not None and profile_file.kind != "update_sample":
+        raise click.UsageError(f"--reference needs an update sample; {output} is a full suite")
     click.echo(
         f"{len(profile_file.profiles)} input profiles ({profile_file.kind}) written to {output}",
         err=True,
     )
     if publish:
-        _publish(profile_file, test_id, pulsar_url, topic, config_path)
+        record = profile_record(profile_file, test_id, reference_file)
+        _publish(record, branch, pulsar_url, topic, config_path)
     if status != 0:
         raise SystemExit(status)
 
 
-def profile_record(profile_file: InputProfileFile, test_id: str) -> dict[str, Any]:
-    """A partial record (identity to be completed) carrying the profiles and suite totals."""
+def _read_profiles(path: Path) -> InputProfileFile:
+    try:
+        return read_input_profile(path)
+    except SourceError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def profile_record(
+    profile_file: InputProfileFile, test_id: str, reference: InputProfileFile | None = None
+) -> dict[str, Any]:
+    """A partial record (identity to be completed) carrying the profiles and, for a full
+    suite, its totals as metrics (a sample's totals say nothing about the suite)."""
     profiles = profile_file.to_json()["profiles"]
+    inputs: dict[str, Any] = {"kind": profile_file.kind, "profiles": profiles}
+    if reference is not None:
+        inputs["reference_profiles"] = reference.to_json()["profiles"]
+    metrics = {}
+    if profile_file.kind == "full_suite":
+        metrics = {
+            f"inputs_{name}": {
+                "value": sum(p[name] for p in profiles),
+                "unit": "s",
+                "direction": "lower_is_better",
+            }
+            for name in ("cpu_time_s", "wall_time_s")
+        }
     return {
         "schema": RECORD_SCHEMA,
         "test": test_id,
         "timestamp": profile_file.created,
-        "metrics": {
-            "inputs_cpu_time_s": {
-                "value": sum(p["cpu_time_s"] for p in profiles),
-                "unit": "s",
-                "direction": "lower_is_better",
-            },
-            "inputs_wall_time_s": {
-                "value": sum(p["wall_time_s"] for p in profiles),
-                "unit": "s",
-                "direction": "lower_is_better",
-            },
-        },
-        "inputs": {"kind": profile_file.kind, "profiles": profiles},
+        "metrics": metrics,
+        "inputs": inputs,
     }
 
 
 def _publish(
-    profile_file: InputProfileFile,
-    test_id: str,
+    partial: dict[str, Any],
+    branch: str | None,
     pulsar_url: str | None,
     topic: str | None,
     config_path: str | None,
@@ -157,8 +185,8 @@ def _publish(
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     record = complete_record(
-        profile_record(profile_file, test_id),
-        explicit=Identity(),
+        partial,
+        explicit=Identity(branch=branch),
         defaults=environment_identity(os.environ, Path.cwd()),
     )
     problems = validate_record(record)

@@ -23,11 +23,10 @@ from perfwatch.detectors.inputs import InputClustering
 from perfwatch.publishers.verdict_feed import summary_fields
 from perfwatch.records import InputProfile
 from perfwatch.store import OutboxEntry, Point, SeriesKey, StateStore
+from perfwatch.stream.recommendations import INPUT_BASELINE_NAMESPACE, baseline_key
 
 COUNTER_KINDS = ("counter_regression.detected", "counter_check.passed")
 RECOMMENDATION_KIND = "recommendation"
-# Blob holding a test's full-suite input profiles (and, when known, their cluster labels).
-INPUT_BASELINE_NAMESPACE = "input-baseline"
 # Metric-name globs the per-test resource panels pick by default (first match wins).
 TIME_METRIC_GLOBS = (
     "*cpu_time*",
@@ -306,14 +305,18 @@ def recommendations(store: StateStore, test: str | None = None) -> list[dict[str
     return items
 
 
-def baseline_inputs(store: StateStore, test: str) -> tuple[list[dict[str, Any]], list[int]]:
+def baseline_inputs(
+    store: StateStore, test: str, attributes: Mapping[str, str] | None = None
+) -> tuple[list[dict[str, Any]], list[int]]:
     """A test's baseline input profiles and their cluster labels (empty when none is stored).
 
-    The blob is `{"profiles": [...], "labels": {input_id: label}, "method": ...}`;
-    without labels the inputs are clustered here with the stored method
-    (default DBSCAN), which is deterministic.
+    The baseline belongs to the test and its identifying attributes (those of
+    its recommendation verdicts' series). The blob is
+    `{"profiles": [...], "labels": {input_id: label}, "method": ...}`; without
+    labels the inputs are clustered here with the stored method (default
+    DBSCAN), which is deterministic.
     """
-    blob = store.get_blob(INPUT_BASELINE_NAMESPACE, test)
+    blob = store.get_blob(INPUT_BASELINE_NAMESPACE, baseline_key(test, attributes or {}))
     if blob is None:
         return [], []
     document = orjson.loads(blob)
@@ -381,7 +384,8 @@ def inputs_view(
     if selected is None or test is None:
         return view
     recommendation = selected["verdict"].get("recommendation") or {}
-    profiles, labels = baseline_inputs(store, test)
+    series = selected["verdict"].get("series") or {}
+    profiles, labels = baseline_inputs(store, test, series.get("attributes"))
     view["votes"] = _vote_rows(recommendation)
     view["profiles"] = profiles
     view["labels"] = labels

@@ -37,7 +37,7 @@ import statsmodels.api as sm
 from scipy.cluster.hierarchy import linkage
 from scipy.ndimage import median_filter
 from scipy.spatial.distance import squareform
-from scipy.stats import ks_2samp
+from scipy.stats import ks_2samp, t
 from sklearn.covariance import ledoit_wolf_shrinkage
 
 Distance = Literal["1-|rho|", "1-rho"]
@@ -514,6 +514,19 @@ def ks_statistics(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return result
 
 
+def prediction_bound(values: Sequence[float], level: float = 0.99) -> float:
+    """One-sided upper prediction bound for one more value drawn like ``values``
+    (Student t): mean + t_level(n - 1) * sd * sqrt(1 + 1/n), and never below the largest
+    value. Needs two values or more; wide when there are few."""
+    if len(values) < 2:
+        raise ValueError("a prediction bound needs at least two values")
+    sample = np.asarray(values, dtype=np.float64)
+    spread = float(sample.std(ddof=1))
+    quantile = float(t.ppf(level, sample.size - 1))
+    bound = float(sample.mean()) + quantile * spread * math.sqrt(1 + 1 / sample.size)
+    return max(bound, float(sample.max()))
+
+
 def block_means(values: np.ndarray, window: int) -> np.ndarray:
     """Means of consecutive blocks of ``window`` rows (the last block may be shorter),
     NaN samples left out; NaN for a block with no sample. 1-D or 2-D input."""
@@ -617,11 +630,11 @@ class CounterRegressionCheck:
         plain R^2 adjusted for the number of counters (Ledoit-Wolf over-shrinks when
         bursty counters give heavy tails); 0: always the plain R^2.
     redundant_dependents: a counter removed by the redundancy analysis stays a candidate
-        dependent (never a predictor) of the cluster it is closest to, unless one kept
-        counter alone explains it (pairwise R^2 above redundancy_r2: a duplicate). The
-        analysis removes the counters that others predict well, which are the best
-        dependents there are: on steady-state data it can remove every CPU counter
-        because load counters predict CPU, and a CPU regression then goes unseen.
+        dependent (never a predictor) of the cluster it is closest to. The analysis
+        removes the counters that others predict well, which are the best dependents
+        there are: on steady-state data it can remove every CPU counter because load
+        counters predict CPU, and a CPU regression then goes unseen. (A copy of a kept
+        counter is harmless as a candidate: its model has no excess error to win with.)
     dependent_selection: which counter of a cluster is the dependent.
         "largest_excess" (default) models every candidate on the others and keeps the one
         with the largest excess error: a regression that changes only how counters relate
@@ -657,8 +670,10 @@ class CounterRegressionCheck:
         in turn; mean + 2 standard deviations): "larger than usual modelling errors" in
         the seed's words. A model of a noisy counter misses good runs by 15% too; its 20%
         on the target is no regression, while 20% from a model that misses by 1% is.
-    calibration_margin: a calibrated threshold is the largest excess error of any good
-        run checked against the others, plus this many (absolute) points.
+    calibration_level: a calibrated threshold is the upper prediction bound, at this
+        level, of a good run's largest excess error, from each good run checked against
+        the others (``prediction_bound``): the seed's "calibrate on good runs", with room
+        for the run-to-run variation the good runs show, and wide when they are few.
     max_missing_fraction: a counter missing in more than this share of a run's samples is
         left out; the remaining gaps are filled by linear interpolation in time for the
         models (KS tests and errors use only blocks with a real sample).
@@ -684,7 +699,7 @@ class CounterRegressionCheck:
         error_floor: float = 0.1,
         block: int = 10,
         subtract_good_run_error: bool = True,
-        calibration_margin: float = 0.05,
+        calibration_level: float = 0.99,
         max_missing_fraction: float = 0.5,
         look_first: int = 5,
     ) -> None:
@@ -704,7 +719,7 @@ class CounterRegressionCheck:
         self.error_floor = error_floor
         self.block = block
         self.subtract_good_run_error = subtract_good_run_error
-        self.calibration_margin = calibration_margin
+        self.calibration_level = calibration_level
         self.max_missing_fraction = max_missing_fraction
         self.look_first = look_first
         self.calibration_: dict[str, Any] | None = None
@@ -746,7 +761,7 @@ class CounterRegressionCheck:
             "error_floor": self.error_floor,
             "block": self.block,
             "subtract_good_run_error": self.subtract_good_run_error,
-            "calibration_margin": self.calibration_margin,
+            "calibration_level": self.calibration_level,
             "max_missing_fraction": self.max_missing_fraction,
             "look_first": self.look_first,
         }
@@ -809,13 +824,14 @@ class CounterRegressionCheck:
         ]
         if self.redundant_dependents and clusters:
             removed = [
-                self._attach(removal, samples, blocks, kept, labels, names, clusters)
+                self._attach(removal, blocks, kept, labels, names, clusters)
                 if removal.reason == REDUNDANT
                 else removal
                 for removal in removed
             ]
 
         self.names_ = names
+        self.recorded_ = set().union(*(run.names for run in baseline_runs))
         self.kept_ = [names[i] for i in kept]
         self.clusters_ = [c.members for c in clusters]
         self.redundant_members_ = [c.redundant for c in clusters]
@@ -870,32 +886,23 @@ class CounterRegressionCheck:
     def _attach(
         self,
         removal: RemovedCounter,
-        samples: np.ndarray,
         blocks: np.ndarray,
         kept: np.ndarray,
         labels: np.ndarray,
         names: list[str],
         clusters: list[_Cluster],
     ) -> RemovedCounter:
-        """Make a redundant counter that duplicates no kept counter a dependent
-        candidate of the cluster at the smallest mean distance."""
-        assert self.redundancy_r2 is not None
+        """Make a redundant counter a dependent candidate of the cluster at the smallest
+        mean distance."""
         column = names.index(removal.counter)
-        on_samples = correlation_matrix(samples[:, [column, *kept]])[0, 1:]
-        twin = int(np.argmax(np.abs(on_samples)))
-        if on_samples[twin] ** 2 > self.redundancy_r2:
-            note = f"duplicates {names[kept[twin]]} (correlation {on_samples[twin]:.3f})"
-        else:
-            gaps = correlation_distance(correlation_matrix(blocks[:, [column, *kept]]))[0, 1:]
-            if self.distance == "1-rho":
-                gaps = 1.0 - correlation_matrix(blocks[:, [column, *kept]])[0, 1:]
-            nearest = min(range(len(clusters)), key=lambda c: (gaps[labels == c].mean(), c))
-            clusters[nearest].redundant.append(removal.counter)
-            note = f"still a dependent candidate of cluster {nearest}"
+        correlation = correlation_matrix(blocks[:, [column, *kept]])
+        gaps = correlation_distance(correlation, self.distance)[0, 1:]
+        nearest = min(range(len(clusters)), key=lambda c: (gaps[labels == c].mean(), c))
+        clusters[nearest].redundant.append(removal.counter)
         return RemovedCounter(
             removal.counter,
             removal.reason,
-            f"{removal.detail}; {note}",
+            f"{removal.detail}; still a dependent candidate of cluster {nearest}",
             removal.r_squared,
             removal.explained_by,
         )
@@ -923,7 +930,7 @@ class CounterRegressionCheck:
             raise RuntimeError("call fit(baseline_runs) before check(target)")
         removed = list(self.removed_)
         present = set(target.names)
-        for name in sorted(present - set(self.names_)):
+        for name in sorted(present - self.recorded_):
             removed.append(RemovedCounter(name, NOT_IN_BASELINE, "recorded in the target only"))
         used = list(self._baseline) + sorted(self.baseline_constant_)
         for name in used:
@@ -1174,8 +1181,9 @@ class CounterRegressionCheck:
 
     def calibrate(self, good_runs: Sequence[CounterSamples]) -> CounterRegressionCheck:
         """Learn the threshold from good runs by leave-one-out: each run is checked against
-        a baseline of the others; threshold = largest excess error + calibration_margin.
-        Call before or after ``fit``; ``fit`` keeps it."""
+        a baseline of the others, and the threshold is the upper prediction bound (at
+        calibration_level) of the largest excess errors seen. Call before or after
+        ``fit``; ``fit`` keeps it."""
         if len(good_runs) < 2:
             raise ValueError("calibration needs at least two good runs")
         largest: list[float] = []
@@ -1186,8 +1194,8 @@ class CounterRegressionCheck:
         self.calibration_ = {
             "runs": [_run_label(run, i) for i, run in enumerate(good_runs)],
             "largest_excess_errors": largest,
-            "margin": self.calibration_margin,
-            "threshold": max(max(largest), 0.0) + self.calibration_margin,
+            "level": self.calibration_level,
+            "threshold": max(prediction_bound(largest, self.calibration_level), 0.0),
         }
         return self
 
@@ -1215,6 +1223,8 @@ class CounterRegressionCheck:
             raise ValueError("error_floor must not be negative")
         if self.block < 1:
             raise ValueError("block must be at least 1 sample")
+        if not 0.5 <= self.calibration_level < 1:
+            raise ValueError("calibration_level must be at least 0.5 and below 1")
 
     def _drop_mostly_missing(
         self, names: list[str], runs: Sequence[CounterSamples], what: str

@@ -136,46 +136,62 @@ class SqlTransaction(StoreTransaction):
     def lock_series(self, keys: Sequence[SeriesKey]) -> dict[SeriesKey, SeriesState]:
         if not keys:
             return {}
-        # One order for inserting and locking: concurrent processors cannot deadlock.
+        # Existing rows are locked in key order, then missing ones inserted in key
+        # order: two processors cannot wait for each other in a cycle.
         ordered = sorted({key.canonical: key for key in keys}.items())
-        self._cursor.executemany(
-            self._store.dialect(
-                "INSERT INTO series (series_key, test, metric) VALUES (?, ?, ?) "
-                "ON CONFLICT (series_key) DO NOTHING"
-            ),
-            [(canonical, key.test, key.metric) for canonical, key in ordered],
-        )
-        marks = ", ".join("?" for _ in ordered)
-        rows = self._execute(
-            f"SELECT {_SERIES_COLUMNS} FROM series WHERE series_key IN ({marks}) "
-            f"ORDER BY series_key{self._store.lock_clause}",
-            [canonical for canonical, _ in ordered],
-        ).fetchall()
-        states = {state.key: state for state in map(_series_from_row, rows)}
+        states = self._select_for_update([canonical for canonical, _ in ordered])
+        missing = [(canonical, key) for canonical, key in ordered if key not in states]
+        if missing:
+            rows = ", ".join("(?, ?, ?)" for _ in missing)
+            self._execute(
+                f"INSERT INTO series (series_key, test, metric) VALUES {rows} "
+                "ON CONFLICT (series_key) DO NOTHING",
+                [
+                    value
+                    for canonical, key in missing
+                    for value in (canonical, key.test, key.metric)
+                ],
+            )
+            states.update(self._select_for_update([canonical for canonical, _ in missing]))
         if len(states) != len(ordered):
             raise StoreError("series rows vanished while locking them")
         return states
 
+    def _select_for_update(self, canonical_keys: list[str]) -> dict[SeriesKey, SeriesState]:
+        marks = ", ".join("?" for _ in canonical_keys)
+        rows = self._execute(
+            f"SELECT {_SERIES_COLUMNS} FROM series WHERE series_key IN ({marks}) "
+            f"ORDER BY series_key{self._store.lock_clause}",
+            canonical_keys,
+        ).fetchall()
+        return {state.key: state for state in map(_series_from_row, rows)}
+
     def add_points(self, items: Sequence[tuple[SeriesState, Point]]) -> list[int | None]:
         if not items:
             return []
-        rows = ", ".join("(?, ?, ?, ?, ?, ?, ?)" for _ in items)
-        params: list[Any] = []
-        for series, point in items:
-            params += [
-                series.series_id,
-                point.run_id,
-                point.timestamp,
-                series.next_arrival,
-                point.value,
-                point.commit,
-                point.time,
-            ]
+        source, params = self._store.row_source(
+            ("int", "text", "real", "int", "real", "text", "text"),
+            [
+                (
+                    series.series_id,
+                    point.run_id,
+                    point.timestamp,
+                    series.next_arrival,
+                    point.value,
+                    point.commit,
+                    point.time,
+                )
+                for series, point in items
+            ],
+        )
+        # "WHERE true": SQLite needs it to tell ON CONFLICT from a join clause.
         inserted = {
             row[0]
             for row in self._execute(
-                f"INSERT INTO points (series_id, run_id, ts, arrival, value, commit_id, time) "
-                f"VALUES {rows} ON CONFLICT (series_id, run_id) DO NOTHING RETURNING series_id",
+                "INSERT INTO points (series_id, run_id, ts, arrival, value, commit_id, time) "
+                "SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, "
+                f"v.column7 FROM {source} WHERE true "
+                "ON CONFLICT (series_id, run_id) DO NOTHING RETURNING series_id",
                 params,
             ).fetchall()
         }
@@ -221,28 +237,33 @@ class SqlTransaction(StoreTransaction):
         return {series_id: bytes(state) for series_id, state in rows}
 
     def save_series(self, items: Sequence[tuple[SeriesState, bytes | None]]) -> None:
+        if not items:
+            return
         rows = []
         for series, analyzer_state in items:
             series.version += 1
-            params = series.analyzer_params
+            analyzer_params = series.analyzer_params
             rows.append(
                 (
+                    series.series_id,
                     series.length,
                     series.max_timestamp,
                     series.next_arrival,
                     series.version,
-                    None if params is None else orjson.dumps(params).decode(),
+                    None if analyzer_params is None else orjson.dumps(analyzer_params).decode(),
                     analyzer_state,
                     orjson.dumps(series.published).decode(),
-                    series.series_id,
                 )
             )
-        self._cursor.executemany(
-            self._store.dialect(
-                "UPDATE series SET length = ?, max_timestamp = ?, next_arrival = ?, version = ?, "
-                "analyzer_params = ?, analyzer_state = ?, published = ? WHERE series_id = ?"
-            ),
-            rows,
+        source, params = self._store.row_source(
+            ("int", "int", "real", "int", "int", "text", "blob", "text"), rows
+        )
+        self._execute(
+            "UPDATE series SET length = v.column2, max_timestamp = v.column3, "
+            "next_arrival = v.column4, version = v.column5, analyzer_params = v.column6, "
+            f"analyzer_state = v.column7, published = v.column8 FROM {source} "
+            "WHERE series.series_id = v.column1",
+            params,
         )
 
     def add_verdict(
@@ -253,16 +274,14 @@ class SqlTransaction(StoreTransaction):
         owner: str,
         partition_key: str,
         series_key: str = "",
-    ) -> bool:
-        return (
-            self._execute(
-                "INSERT INTO verdicts (verdict_id, series_key, kind, owner, partition_key, "
-                "document, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (verdict_id) DO NOTHING",
-                (verdict_id, series_key, kind, owner, partition_key, document, time.time()),
-            ).rowcount
-            == 1
-        )
+    ) -> int | None:
+        row = self._execute(
+            "INSERT INTO verdicts (verdict_id, series_key, kind, owner, partition_key, "
+            "document, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (verdict_id) DO NOTHING RETURNING seq",
+            (verdict_id, series_key, kind, owner, partition_key, document, time.time()),
+        ).fetchone()
+        return None if row is None else int(row[0])
 
     def mark_published(self, verdict_ids: Sequence[str], published_at: float) -> None:
         self._cursor.executemany(
@@ -293,6 +312,8 @@ class SqlStore(StateStore):
     placeholder = "?"
     types: ClassVar[dict[str, str]]
     unavailable_errors: tuple[type[BaseException], ...] = ()
+    # schema version -> statements only this backend runs after that version's own
+    dialect_migrations: ClassVar[dict[int, tuple[str, ...]]] = {}
     lock_clause = ""  # appended to the series SELECT to lock rows
     begin_sql = "BEGIN"
 
@@ -308,6 +329,17 @@ class SqlStore(StateStore):
     @abstractmethod
     def _lock_migrations(self, cursor: Any) -> None:
         """Serialise concurrent migrations (runs inside the migration transaction)."""
+
+    def row_source(
+        self, column_types: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> tuple[str, list[Any]]:
+        """`rows` as a table `v` (columns column1.., of `types` names) for one statement:
+        SQL text and its parameters. Here: a VALUES list, one parameter per cell."""
+        row = "(" + ", ".join(f"CAST(? AS {self.types[t]})" for t in column_types) + ")"
+        return (
+            "(VALUES " + ", ".join(row for _ in rows) + ") AS v",
+            [cell for values in rows for cell in values],
+        )
 
     def dialect(self, sql: str) -> str:
         return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
@@ -366,8 +398,8 @@ class SqlStore(StateStore):
                     f"{self.url}: schema version {current} is newer than this perfwatch "
                     f"understands ({len(MIGRATIONS)}); upgrade perfwatch"
                 )
-            for statements in MIGRATIONS[current:]:
-                for statement in statements:
+            for version, statements in enumerate(MIGRATIONS[current:], start=current + 1):
+                for statement in (*statements, *self.dialect_migrations.get(version, ())):
                     cursor.execute(statement.format(**self.types))
             if current < len(MIGRATIONS):
                 cursor.execute(

@@ -156,8 +156,9 @@ class StoreTransaction(ABC):
         owner: str,
         partition_key: str,
         series_key: str = "",
-    ) -> bool:
-        """Queue a verdict in the outbox; False (nothing written) if the id exists already."""
+    ) -> int | None:
+        """Queue a verdict in the outbox; its outbox number (increasing in commit order
+        per owner), or None (nothing written) if the id exists already."""
 
     @abstractmethod
     def get_blob(self, namespace: str, key: str) -> bytes | None: ...

@@ -7,7 +7,8 @@ rebalance take turns instead of interleaving.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import psycopg
 
@@ -26,9 +27,26 @@ class PostgresStore(SqlStore):
         "serial": "BIGSERIAL PRIMARY KEY",
         "real": "DOUBLE PRECISION",
         "blob": "BYTEA",
+        "int": "BIGINT",
+        "text": "TEXT",
     }
     lock_clause = " FOR UPDATE"
+    # Analyzer states are float arrays: compressing them costs CPU and saves nothing.
+    dialect_migrations: ClassVar[dict[int, tuple[str, ...]]] = {
+        1: ("ALTER TABLE series ALTER COLUMN analyzer_state SET STORAGE EXTERNAL",)
+    }
     unavailable_errors = (psycopg.OperationalError, psycopg.InterfaceError)
+
+    def row_source(
+        self, column_types: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> tuple[str, list[Any]]:
+        """One array parameter per column, unnested: the statement text does not
+        depend on the row count, so the driver and server can cache and prepare it."""
+        arrays = ", ".join(f"CAST(%b AS {self.types[t]}[])" for t in column_types)
+        names = ", ".join(f"column{i}" for i in range(1, len(column_types) + 1))
+        return f"unnest({arrays}) AS v({names})", [
+            list(column) for column in zip(*rows, strict=True)
+        ]
 
     def _connect(self) -> psycopg.Connection:
         try:

@@ -26,6 +26,8 @@ class SqliteStore(SqlStore):
         "serial": "INTEGER PRIMARY KEY AUTOINCREMENT",  # never reuses a sequence number
         "real": "REAL",
         "blob": "BLOB",
+        "int": "INTEGER",
+        "text": "TEXT",
     }
     begin_sql = "BEGIN IMMEDIATE"  # take the write lock up front: no upgrade deadlocks
     unavailable_errors = (sqlite3.OperationalError,)

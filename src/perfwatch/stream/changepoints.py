@@ -164,6 +164,9 @@ class ChangePointHandler:
     ) -> list[Verdict]:
         """Diff the analyzer's change points against those last published; the verdicts."""
         series = added.series
+        series.analyzer_params = self.params_for(record.test, added.metric)[1]
+        if not series.published and not analyzer.change_points_:
+            return []  # the common case: no change point before or now
         published = [ChangePointEvidence.from_json(cp) for cp in series.published]
         if added.position < added.length_before:
             published = shift_after_insert(published, added.position)
@@ -173,7 +176,6 @@ class ChangePointHandler:
         current = self._evidence(analyzer.change_points_, published, series, tx, direction)
         changes, new_published = diff_change_points(published, current, self._config.verdicts)
         series.published = [cp.to_json() for cp in new_published]
-        series.analyzer_params = self.params_for(record.test, added.metric)[1]
         ref = SeriesRef(record.test, added.metric, dict(series.key.attributes))
         return [
             make_verdict(

@@ -26,5 +26,6 @@ def build_handlers(config: Config) -> list[RecordHandler]:
     """Every handler a processor runs, in order. Handlers of the record's `counters`
     and `inputs` blocks are added here."""
     from perfwatch.stream.changepoints import ChangePointHandler
+    from perfwatch.stream.recommendations import InputsHandler
 
-    return [ChangePointHandler(config)]
+    return [ChangePointHandler(config), InputsHandler(config)]

@@ -1,11 +1,12 @@
 """The stream processor: receive a batch -> validate -> store -> detect -> publish -> ack.
 
 Per record, the handlers' state changes and the verdicts they produce are
-committed in one store transaction (the verdicts into an outbox). After the
-batch, the processor publishes its outbox in order, records what was published
-and only then acknowledges the batch. docs/processor.md gives the argument for
-why this yields every verdict exactly once in effect across crashes of the
-processor, the broker and redelivery.
+committed in one store transaction (the verdicts into an outbox), and the
+verdicts are handed to the producer right away. At the end of the batch the
+processor waits for the broker's receipts, records what was published and only
+then acknowledges the batch. docs/processor.md gives the argument for why this
+yields every verdict exactly once in effect across crashes of the processor,
+the broker and redelivery.
 
 Bad input (undecodable, invalid JSON, schema, non-finite, oversized, unknown
 version) goes to the dead-letter topic at once with the reason in properties.
@@ -17,12 +18,13 @@ stops the processor instead: no record is dead-lettered for an outage.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,10 +33,11 @@ import pulsar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from perfwatch.config import Config
-from perfwatch.records import RecordError, dumps, parse_record
+from perfwatch.records import RecordError, Verdict, dumps, parse_record
 from perfwatch.store import (
     CURSOR_NAMESPACE,
     SEQUENCE_OFFSET_NAMESPACE,
+    OutboxEntry,
     SeriesKey,
     StateStore,
     StoreUnavailable,
@@ -58,6 +61,14 @@ class ProcessorError(RuntimeError):
 
 class PublishError(RuntimeError):
     """The broker did not confirm a verdict."""
+
+
+@dataclass
+class Pending:
+    """A verdict handed to the producer; `receipt` is (result, message id, time)."""
+
+    entry: OutboxEntry
+    receipt: tuple[pulsar.Result, pulsar.MessageId, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +254,8 @@ class Processor:
         self._dead_letter_producer: pulsar.Producer | None = None
         self._next_housekeeping = 0.0
         self._offsets: dict[str, int] = {}  # outbox owner -> sequence id offset
+        self._receipts = threading.Condition()  # broker receipts of verdicts sent
+        self._outbox_dirty = False  # a publication failed: the outbox has leftovers
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -322,24 +335,34 @@ class Processor:
         if not messages:
             return 0
         received = time.monotonic()
+        producer = self._verdict_producer
         valid: list[pulsar.Message] = []
-        published_ms: dict[str, int] = {}  # verdict id -> its record's publish time
-        for message in messages:
-            if message.redelivery_count() > 0:
-                self.metrics.redelivered.inc()
-            verdict_ids = self._process(message)
-            if verdict_ids is None:
-                continue
-            valid.append(message)
-            for verdict_id in verdict_ids:
-                published_ms[verdict_id] = message.publish_timestamp()
+        unsettled = messages  # until processing starts, none of them is settled
         try:
-            self._publish_outbox(self.name, self._verdict_producer, published_ms)
+            if self._outbox_dirty:  # earlier verdicts go out first, in order
+                self._publish_outbox(self.name, producer)
+                self._outbox_dirty = False
+            unsettled = valid
+            in_flight: list[Pending] = []
+            published_ms: dict[str, int] = {}  # verdict id -> its record's publish time
+            for message in messages:
+                if message.redelivery_count() > 0:
+                    self.metrics.redelivered.inc()
+                queued = self._process(message)
+                if queued is None:
+                    continue
+                valid.append(message)
+                # Sent at once, confirmed with the batch: low latency, one mark.
+                in_flight += self._send(self.name, producer, queued)
+                for entry in queued:
+                    published_ms[entry.verdict_id] = message.publish_timestamp()
+            self._confirm(self.name, producer, in_flight, published_ms)
         except PublishError as err:
-            # The state is committed; redelivered records change nothing and
-            # are acknowledged after the next successful publication.
+            # The state is committed; redelivered records change nothing and are
+            # acknowledged once the outbox has been published.
+            self._outbox_dirty = True
             log.error("publishing verdicts failed", extra={"error": str(err)})
-            for message in valid:
+            for message in unsettled:
                 self._consumer.negative_acknowledge(message)
             return len(messages)
         for message in valid:
@@ -349,9 +372,9 @@ class Processor:
             self.metrics.latency.observe(elapsed)
         return len(messages)
 
-    def _process(self, message: pulsar.Message) -> list[str] | None:
-        """Handle one message; the ids of the verdicts it queued, or None if it is
-        already settled (dead-lettered and acknowledged, or negatively acknowledged)."""
+    def _process(self, message: pulsar.Message) -> list[OutboxEntry] | None:
+        """Handle one message; the verdicts it committed to the outbox, or None if it
+        is already settled (dead-lettered and acknowledged, or negatively acknowledged)."""
         assert self._consumer is not None
         try:
             record = parse_record(message.data(), max_bytes=self.config.consumer.max_record_bytes)
@@ -364,21 +387,17 @@ class Processor:
             with self.store.transaction() as tx:
                 for handler in self._handlers:
                     for verdict in handler.handle(record, tx, emitted_at):
-                        series = verdict.series
-                        series_key = (
-                            SeriesKey.of(series.test, series.metric, series.attributes).canonical
-                            if series.metric is not None
-                            else ""
+                        entry = self._outbox_entry(verdict, record.test)
+                        seq = tx.add_verdict(
+                            entry.verdict_id,
+                            entry.kind,
+                            entry.document,
+                            entry.owner,
+                            entry.partition_key,
+                            entry.series_key,
                         )
-                        if tx.add_verdict(
-                            verdict.verdict_id,
-                            verdict.kind,
-                            dumps(verdict),
-                            self.name,
-                            record.test,
-                            series_key,
-                        ):
-                            queued.append(verdict.verdict_id)
+                        if seq is not None:
+                            queued.append(replace(entry, seq=seq))
         except StoreUnavailable:
             raise
         except Exception as err:
@@ -403,6 +422,24 @@ class Processor:
             return None
         self.metrics.records_processed.inc()
         return queued
+
+    def _outbox_entry(self, verdict: Verdict, partition_key: str) -> OutboxEntry:
+        series = verdict.series
+        series_key = (
+            SeriesKey.of(series.test, series.metric, series.attributes).canonical
+            if series.metric is not None
+            else ""
+        )
+        return OutboxEntry(
+            seq=0,  # given by the store
+            verdict_id=verdict.verdict_id,
+            owner=self.name,
+            kind=verdict.kind,
+            series_key=series_key,
+            partition_key=partition_key,
+            document=dumps(verdict),
+            created_at=time.time(),
+        )
 
     def _dead_letter(
         self, message: pulsar.Message, reason: str, path: str, detail: str, trace: str = ""
@@ -476,52 +513,60 @@ class Processor:
         self._offsets[owner] = offset
         return offset
 
-    def _publish_outbox(
-        self, owner: str, producer: pulsar.Producer, published_ms: dict[str, int] | None = None
-    ) -> None:
-        """Publish the owner's unpublished verdicts in commit order; mark those confirmed."""
-        entries = self.store.unpublished(owner=owner)
-        if not entries:
-            return
-        done = threading.Condition()
-        results: list[tuple[pulsar.Result, pulsar.MessageId] | None] = [None] * len(entries)
-
-        def callback_for(i: int) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
-            def callback(result: pulsar.Result, message_id: pulsar.MessageId) -> None:
-                with done:
-                    results[i] = (result, message_id)
-                    done.notify_all()
-
-            return callback
-
-        for i, entry in enumerate(entries):
+    def _send(
+        self, owner: str, producer: pulsar.Producer, entries: Sequence[OutboxEntry]
+    ) -> list[Pending]:
+        """Hand outbox entries to the producer, in order; `_confirm` waits for them."""
+        pending = [Pending(entry) for entry in entries]
+        for item in pending:
             producer.send_async(
-                entry.document,
-                callback_for(i),
-                properties={"verdict_id": entry.verdict_id, "kind": entry.kind},
-                partition_key=entry.partition_key,
-                sequence_id=self._offsets[owner] + entry.seq,
+                item.entry.document,
+                functools.partial(self._on_sent, item),
+                properties={"verdict_id": item.entry.verdict_id, "kind": item.entry.kind},
+                partition_key=item.entry.partition_key,
+                sequence_id=self._offsets[owner] + item.entry.seq,
             )
+        return pending
+
+    def _on_sent(self, item: Pending, result: pulsar.Result, message_id: pulsar.MessageId) -> None:
+        # Runs on the client's I/O thread.
+        with self._receipts:
+            item.receipt = (result, message_id, time.time())
+            self._receipts.notify_all()
+
+    def _confirm(
+        self,
+        owner: str,
+        producer: pulsar.Producer,
+        pending: list[Pending],
+        published_ms: dict[str, int] | None = None,
+    ) -> None:
+        """Wait for the broker's receipts and mark the verdicts published, in order up
+        to the first one not stored; PublishError if any was not."""
+        if not pending:
+            return
         producer.flush()
-        with done:
-            done.wait_for(lambda: all(r is not None for r in results), _PUBLISH_TIMEOUT_S)
-        confirmed_at = time.time()
-        confirmed: list[str] = []
+        with self._receipts:
+            self._receipts.wait_for(
+                lambda: all(item.receipt is not None for item in pending), _PUBLISH_TIMEOUT_S
+            )
+        confirmed: list[OutboxEntry] = []
         last_id: pulsar.MessageId | None = None
-        for entry, outcome in zip(entries, results, strict=True):
-            if outcome is None or outcome[0] != pulsar.Result.Ok:
+        for item in pending:
+            if item.receipt is None or item.receipt[0] != pulsar.Result.Ok:
                 break  # keep order: later ones are re-sent after this one
-            confirmed.append(entry.verdict_id)
-            if outcome[1].ledger_id() >= 0:  # -1: the broker dropped it as a duplicate
-                last_id = outcome[1]
-            self.metrics.verdicts.labels(entry.kind).inc()
-            if published_ms and entry.verdict_id in published_ms:
-                lag = confirmed_at - published_ms[entry.verdict_id] / 1000.0
+            _, message_id, stored_at = item.receipt
+            confirmed.append(item.entry)
+            if message_id.ledger_id() >= 0:  # -1: the broker dropped it as a duplicate
+                last_id = message_id
+            self.metrics.verdicts.labels(item.entry.kind).inc()
+            if published_ms and item.entry.verdict_id in published_ms:
+                lag = stored_at - published_ms[item.entry.verdict_id] / 1000.0
                 self.metrics.verdict_lag.observe(max(lag, 0.0))
         if confirmed:
             cursor = None if last_id is None else (owner, last_id.serialize())
-            self.store.mark_published(confirmed, cursor=cursor)
-            for entry in entries[: len(confirmed)]:
+            self.store.mark_published([entry.verdict_id for entry in confirmed], cursor=cursor)
+            for entry in confirmed:
                 log.info(
                     "verdict published",
                     extra={
@@ -531,12 +576,16 @@ class Processor:
                         "owner": owner,
                     },
                 )
-        if len(confirmed) < len(entries):
-            failed = results[len(confirmed)]
-            reason = "no confirmation" if failed is None else str(failed[0])
-            raise PublishError(
-                f"{len(entries) - len(confirmed)} verdict(s) not published: {reason}"
-            )
+        if len(confirmed) < len(pending):
+            failed = pending[len(confirmed)].receipt
+            reason = "no receipt" if failed is None else str(failed[0])
+            missing = len(pending) - len(confirmed)
+            raise PublishError(f"{missing} verdict(s) not published: {reason}")
+
+    def _publish_outbox(self, owner: str, producer: pulsar.Producer) -> None:
+        """Publish all of the owner's unpublished verdicts in commit order."""
+        entries = self.store.unpublished(owner=owner)
+        self._confirm(owner, producer, self._send(owner, producer, entries))
 
     def _recover(self, owner: str, producer: pulsar.Producer) -> None:
         """Settle `owner`'s outbox after a crash: mark what reached the topic, send the rest."""

@@ -1,0 +1,220 @@
+"""``perfwatch compare``: one run's performance counters against a baseline of good runs
+(the clustered-counter regression check, docs/counters.md).
+
+Exit status: 0 no regression, 1 regression, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+import orjson
+
+from perfwatch.detectors.counters import (
+    CounterCheckResult,
+    CounterRegressionCheck,
+    CounterSamples,
+)
+from perfwatch.formats.counter_csv import read_counter_runs
+from perfwatch.formats.errors import SourceError
+
+# options that take every following argument up to the next option
+_GREEDY = ("--baseline", "--calibrate")
+
+
+class _GreedyCommand(click.Command):
+    """Lets ``--baseline a.csv b.csv`` mean ``--baseline a.csv --baseline b.csv``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        expanded: list[str] = []
+        greedy: str | None = None
+        for arg in args:
+            if arg.startswith("-"):
+                greedy = arg if arg in _GREEDY else None
+                expanded.append(arg)
+            elif greedy is not None and expanded[-1] != greedy:
+                expanded += [greedy, arg]
+            else:
+                expanded.append(arg)
+        return super().parse_args(ctx, expanded)
+
+
+@click.command(cls=_GreedyCommand)
+@click.option(
+    "--baseline",
+    "baseline_files",
+    multiple=True,
+    required=True,
+    metavar="FILE...",
+    help="Counter samples of good runs: CSV (time column + one column per counter), "
+    "perfmon CSV (typeperf/relog), or perfwatch JSON records with counters.",
+)
+@click.option("--target", "target_file", required=True, metavar="FILE", help="The run to check.")
+@click.option(
+    "--threshold",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Flag a cluster whose excess prediction error exceeds this fraction [0.3].",
+)
+@click.option(
+    "--calibrate",
+    "calibrate_files",
+    multiple=True,
+    metavar="FILE...",
+    help="Good runs to learn the threshold from (leave-one-out; at least two runs).",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--redundancy-r2",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.9,
+    show_default=True,
+)
+@click.option(
+    "--distance", type=click.Choice(["1-|rho|", "1-rho"]), default="1-|rho|", show_default=True
+)
+@click.option(
+    "--block",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Samples averaged per observation (1: sample by sample).",
+)
+@click.option(
+    "--steady-state",
+    type=click.Choice(["auto", "off"]),
+    default="auto",
+    show_default=True,
+    help="Cut warm-up and cool-down.",
+)
+@click.option(
+    "--literal",
+    is_flag=True,
+    help="The seed's steps with every deviation turned off (for comparison).",
+)
+def compare(
+    baseline_files: tuple[str, ...],
+    target_file: str,
+    threshold: float | None,
+    calibrate_files: tuple[str, ...],
+    output_format: str,
+    redundancy_r2: float,
+    distance: str,
+    block: int,
+    steady_state: str,
+    literal: bool,
+) -> None:
+    """Check one run's counters against a baseline of good runs: clusters of
+    counters, one regression model per cluster, regression where a model's prediction
+    error is larger than usual."""
+    if threshold is not None and calibrate_files:
+        raise click.UsageError("give --threshold or --calibrate, not both")
+    try:
+        baseline = _runs(baseline_files)
+        targets = _runs([target_file])
+        if len(targets) != 1:
+            raise SourceError(target_file, f"holds {len(targets)} runs; the target must be one")
+        calibration = _runs(calibrate_files) if calibrate_files else []
+        if calibrate_files and len(calibration) < 2:
+            raise click.UsageError("--calibrate needs at least two good runs")
+        params = {
+            "threshold": 0.30 if threshold is None else threshold,
+            "redundancy_r2": redundancy_r2,
+            "distance": distance,
+            "block": block,
+            "steady_state": steady_state,
+        }
+        check = (
+            CounterRegressionCheck.seed_literal(**params)
+            if literal
+            else CounterRegressionCheck(**params)
+        )
+        if calibration:
+            check.calibrate(calibration)
+        result = check.fit(baseline).check(targets[0])
+    except (SourceError, ValueError) as error:
+        click.echo(f"perfwatch compare: {error}", err=True)
+        sys.exit(2)
+    if output_format == "json":
+        document = result.to_dict()
+        if check.calibration_ is not None:
+            document["calibration"] = check.calibration_
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(render_text(result, check))
+    sys.exit(1 if result.regression else 0)
+
+
+def _runs(files: Sequence[str]) -> list[CounterSamples]:
+    return [run for file in files for run in read_counter_runs(Path(file))]
+
+
+def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> str:
+    """Verdict first, then clusters ranked by error, then what was left out."""
+    source = "fixed"
+    if check.calibration_ is not None:
+        source = f"calibrated on {len(check.calibration_['runs'])} good runs"
+    judged = [c for c in result.clusters if c.excess_error is not None]
+    if result.regression:
+        headline = (
+            f"REGRESSION: {len(result.flagged_clusters)} of {len(judged)} clusters exceed "
+            f"the {_pct(result.threshold)} threshold ({source})"
+        )
+    else:
+        largest = result.max_excess_error
+        headline = (
+            f"no regression: largest excess error {_pct(largest)} is within the "
+            f"{_pct(result.threshold)} threshold ({source})"
+        )
+    lines = [headline]
+    if result.look_first:
+        lines.append("look first: " + ", ".join(result.look_first))
+    lines += ["", "clusters, largest excess error first:"]
+    for rank, cluster in enumerate(result.clusters, 1):
+        mark = "REGRESSION" if cluster.flagged else "ok"
+        if cluster.excess_error is None:
+            mark = "not judged"
+        lines.append(
+            f"  [{rank}] cluster {cluster.cluster}: {mark}, error {_pct(cluster.error)}, "
+            f"usual on good runs {_pct(cluster.good_run_error)}, "
+            f"excess {_pct(cluster.excess_error)}"
+        )
+        lines.append(
+            f"      dependent {cluster.dependent}: mean {cluster.baseline_mean:.4g} -> "
+            f"{cluster.target_mean:.4g} (KS D {cluster.ks_statistic:.2f}, "
+            f"p {cluster.ks_pvalue:.2g})"
+        )
+        if cluster.model != "none":
+            terms = [f"{cluster.intercept:.4g}"] + [
+                f"{coefficient:+.4g} x {name}" for name, coefficient in cluster.coefficients.items()
+            ]
+            r2 = "" if cluster.r_squared is None else f"R^2 {cluster.r_squared:.2f}: "
+            lines.append(f"      model {r2}{cluster.dependent} = {' '.join(terms)}")
+        if cluster.left_out:
+            lines.append(f"      left out (its strongest predictor): {cluster.left_out}")
+        others = [m for m in cluster.members if m != cluster.dependent]
+        if others:
+            lines.append(f"      other members: {', '.join(others)}")
+    if result.removed:
+        lines += ["", f"left out of the models ({len(result.removed)}):"]
+        lines += [f"  {r.reason:<24} {r.counter}: {r.detail}" for r in result.removed]
+    start, end = result.target_window
+    lines += [
+        "",
+        f"baseline: {result.baseline_runs} run(s), {result.baseline_observations} "
+        f"steady-state samples; target: samples {start + 1}-{end} (steady state)",
+    ]
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "--" if value is None else f"{100 * value:.1f}%"

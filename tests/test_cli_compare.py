@@ -1,0 +1,123 @@
+"""``perfwatch compare`` end to end on files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from perfwatch.cli.main import main
+
+
+def write_run(path: Path, seed: int, *, cpu_per_request: float = 1.0) -> Path:
+    """A CSV run: request load drives cpu and network, a second load drives disk."""
+    rng = np.random.default_rng(seed)
+    n = 240
+    load = 1 + 0.2 * np.sin(np.arange(n) / 9 + seed) + 0.05 * rng.normal(size=n)
+    other = 1 + 0.3 * np.cos(np.arange(n) / 13 + seed) + 0.05 * rng.normal(size=n)
+    columns = {
+        "cpu": 30 * load * cpu_per_request + rng.normal(size=n),
+        "requests": 120 * load + 2 * rng.normal(size=n),
+        "net_bytes": 9000 * load + 300 * rng.normal(size=n),
+        "disk_bytes": 500 * other + 10 * rng.normal(size=n),
+        "heap": 4e8 * other + 1e6 * rng.normal(size=n),
+    }
+    lines = ["time," + ",".join(columns)]
+    for i in range(n):
+        lines.append(f"{5 * i}," + ",".join(f"{v[i]:.6f}" for v in columns.values()))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "good": [write_run(tmp_path / f"good{i}.csv", i) for i in range(3)],
+        "target": write_run(tmp_path / "target.csv", 10),
+        "regression": write_run(tmp_path / "slow.csv", 11, cpu_per_request=1.6),
+        "calibration": [write_run(tmp_path / f"cal{i}.csv", 20 + i) for i in range(3)],
+    }
+
+
+def invoke(*args: object) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["compare", *map(str, args)])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_good_run_exits_0_with_the_verdict_first(files: dict) -> None:
+    code, out, _ = invoke("--baseline", *files["good"], "--target", files["target"])
+    assert code == 0, out
+    assert out.startswith("no regression")
+    assert "clusters, largest excess error first:" in out
+
+
+def test_regression_exits_1_and_names_the_counters(files: dict) -> None:
+    code, out, _ = invoke("--baseline", *files["good"], "--target", files["regression"])
+    assert code == 1, out
+    first = out.splitlines()[0]
+    assert first.startswith("REGRESSION")
+    look_first = next(line for line in out.splitlines() if line.startswith("look first: "))
+    assert look_first.removeprefix("look first: ").split(", ")[0] in {
+        "cpu",
+        "requests",
+        "net_bytes",
+    }
+
+
+def test_json_output_and_repeated_baseline_options(files: dict) -> None:
+    args = [arg for path in files["good"] for arg in ("--baseline", path)]
+    code, out, _ = invoke(*args, "--target", files["regression"], "--format", "json")
+    assert code == 1
+    document = orjson.loads(out)
+    assert document["regression"] is True
+    assert document["baseline"]["runs"] == 3
+    flagged = [c for c in document["clusters"] if c["flagged"]]
+    assert flagged and {"dependent", "coefficients", "ks_pvalue", "excess_error"} <= set(flagged[0])
+
+
+def test_calibrated_threshold(files: dict) -> None:
+    code, out, _ = invoke(
+        "--baseline",
+        *files["good"],
+        "--target",
+        files["target"],
+        "--calibrate",
+        *files["calibration"],
+        "--format",
+        "json",
+    )
+    document = orjson.loads(out)
+    assert document["threshold_source"] == "calibrated"
+    assert document["calibration"]["runs"] == [str(p) for p in files["calibration"]]
+    assert document["threshold"] == pytest.approx(document["calibration"]["threshold"])
+    assert code == (1 if document["regression"] else 0)
+
+
+def test_usage_and_input_errors_exit_2(files: dict, tmp_path: Path) -> None:
+    code, _, err = invoke(
+        "--baseline", *files["good"], "--target", files["target"], "--threshold", "0.2",
+        "--calibrate", *files["calibration"],
+    )  # fmt: skip
+    assert code == 2 and "not both" in err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time,cpu\n0,1\n5,oops\n")
+    code, _, err = invoke("--baseline", *files["good"], "--target", bad)
+    assert code == 2
+    assert f"{bad}:3:2: not a number: 'oops'" in err
+    code, _, err = invoke("--baseline", tmp_path / "missing.csv", "--target", files["target"])
+    assert code == 2 and "no such file" in err
+    short = tmp_path / "short.csv"
+    short.write_text("time,cpu,mem\n" + "".join(f"{i},{i % 3},{i % 5}\n" for i in range(12)))
+    code, _, err = invoke("--baseline", short, "--target", short)
+    assert code == 2 and "steady-state sample" in err
+
+
+def test_literal_mode_runs(files: dict) -> None:
+    code, out, _ = invoke(
+        "--baseline", *files["good"], "--target", files["target"], "--literal", "--format", "json"
+    )
+    assert code in (0, 1)
+    assert orjson.loads(out)["parameters"]["dependent_selection"] == "ks"

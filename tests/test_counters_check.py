@@ -1,0 +1,305 @@
+"""The clustered-counter check as a whole: verdicts, the documented edge cases, the
+result object, calibration and determinism."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import orjson
+import pytest
+import statsmodels.api as sm
+
+from perfwatch.detectors.counters import (
+    CLOCK,
+    CONSTANT_IN_BASELINE,
+    CONSTANT_PER_RUN,
+    IDENTITY,
+    MISSING_IN_BASELINE_RUN,
+    MISSING_IN_TARGET,
+    MOSTLY_MISSING,
+    NOT_IN_BASELINE,
+    ZERO_VARIANCE,
+    CounterRegressionCheck,
+    CounterSamples,
+    percentage_error,
+)
+
+NAMES = ["cpu", "requests", "net", "disk", "log", "heap"]
+
+
+def _ar1(rng: np.random.Generator, n: int, phi: float = 0.8) -> np.ndarray:
+    series = np.zeros(n)
+    for t in range(1, n):
+        series[t] = phi * series[t - 1] + rng.normal() * math.sqrt(1 - phi**2)
+    return series
+
+
+def run(seed: int, n: int = 300, *, cpu_per_request: float = 1.0, log_follows: str = "load"):
+    """Counters driven by two latent processes: load (cpu, requests, net) and a second
+    workload (disk, log, heap). ``cpu_per_request`` scales CPU at the same load;
+    ``log_follows="disk"`` rewires log to the second workload's opposite."""
+    rng = np.random.default_rng(seed)
+    load = 1 + 0.2 * _ar1(rng, n)
+    other = 1 + 0.3 * _ar1(rng, n)
+    noise = lambda scale: 1 + scale * rng.normal(size=n)  # noqa: E731
+    log = 20 * (load if log_follows == "load" else 2 - other) * noise(0.03)
+    values = np.column_stack(
+        [
+            40 * load * cpu_per_request * noise(0.03),
+            100 * load * noise(0.03),
+            500 * load * noise(0.05),
+            80 * other * noise(0.03),
+            log,
+            300 * other * noise(0.03),
+        ]
+    )
+    return CounterSamples(list(NAMES), values, label=f"run {seed}")
+
+
+def baseline(count: int = 3, **kwargs) -> list[CounterSamples]:
+    return [run(seed, **kwargs) for seed in range(count)]
+
+
+def with_counter(samples: CounterSamples, name: str, values: np.ndarray) -> CounterSamples:
+    return CounterSamples(
+        [*samples.names, name], np.column_stack([samples.values, values]), samples.label
+    )
+
+
+def test_good_run_passes_and_cpu_regression_is_flagged() -> None:
+    check = CounterRegressionCheck(threshold=0.1).fit(baseline())
+    good = check.check(run(10))
+    assert not good.regression
+    bad = check.check(run(11, cpu_per_request=1.5))
+    assert bad.regression
+    assert bad.flagged_clusters[0].dependent == "cpu" or "cpu" in bad.flagged_clusters[0].members
+    assert bad.look_first[0] in {"cpu", "requests", "net"}
+    assert bad.max_excess_error is not None and bad.max_excess_error > 0.1
+
+
+def test_relationship_change_with_unchanged_means_is_flagged() -> None:
+    check = CounterRegressionCheck(threshold=0.1).fit(baseline())
+    rewired = run(12, log_follows="disk")
+    base_log = np.concatenate([r.column("log") for r in baseline()])
+    assert abs(rewired.column("log").mean() / base_log.mean() - 1) < 0.05
+    assert check.check(rewired).regression
+
+
+def test_reported_model_is_the_statsmodels_ols_fit_and_its_error() -> None:
+    check = CounterRegressionCheck(steady_state="off", block=1, decouple_strongest=False)
+    runs = baseline()
+    target = run(13, cpu_per_request=1.3)
+    result = check.fit(runs).check(target)
+    cluster = next(c for c in result.clusters if c.model == "ols")
+    predictors = list(cluster.coefficients)
+    pooled = np.vstack([r.values for r in runs])
+    y = pooled[:, NAMES.index(cluster.dependent)]
+    design = sm.add_constant(pooled[:, [NAMES.index(p) for p in predictors]])
+    fitted = sm.OLS(y, design).fit()
+    assert cluster.intercept == pytest.approx(fitted.params[0])
+    assert list(cluster.coefficients.values()) == pytest.approx(list(fitted.params[1:]))
+    assert cluster.r_squared == pytest.approx(fitted.rsquared)
+    new = sm.add_constant(target.values[:, [NAMES.index(p) for p in predictors]])
+    floor = 0.1 * np.mean(np.abs(y))
+    expected = percentage_error(target.column(cluster.dependent), fitted.predict(new), float(floor))
+    assert cluster.error == pytest.approx(expected)
+
+
+def test_seed_literal_selects_by_ks_and_flags_on_the_raw_error() -> None:
+    check = CounterRegressionCheck.seed_literal(threshold=0.1, redundancy_r2=None)
+    check.fit(baseline())
+    result = check.check(run(14, cpu_per_request=1.6))
+    assert result.parameters["dependent_selection"] == "ks"
+    cpu_cluster = next(c for c in result.clusters if "cpu" in c.members)
+    assert cpu_cluster.dependent == "cpu"  # its distribution moved most
+    assert cpu_cluster.excess_error == cpu_cluster.error
+    assert result.regression
+
+
+def test_the_literal_redundancy_analysis_hides_a_cpu_regression() -> None:
+    runs, target = baseline(), run(28, cpu_per_request=1.5)
+    literal = CounterRegressionCheck(redundant_dependents=False).fit(runs)
+    assert all("cpu" not in members for members in literal.clusters_)  # removed: redundant
+    assert not literal.check(target).regression
+    default = CounterRegressionCheck().fit(runs)
+    assert any("cpu" in candidates for candidates in default.redundant_members_)
+    assert default.check(target).regression
+
+
+def test_lone_counters_under_each_rule() -> None:
+    rng = np.random.default_rng(20)
+    runs = [with_counter(r, "lonely", 50 + rng.normal(size=300)) for r in baseline()]
+    target = with_counter(run(15), "lonely", 50 + rng.normal(size=300))
+    # without the redundancy analysis Calinski-Harabasz peaks at six clusters of seven
+    by_rule = {
+        rule: CounterRegressionCheck(singletons=rule, redundancy_r2=None).fit(runs)
+        for rule in ("merge", "intercept", "skip")
+    }
+    assert sorted(map(sorted, by_rule["merge"].clusters_)) == [
+        ["cpu", "log", "net", "requests"],
+        ["disk", "heap", "lonely"],
+    ]
+    intercept = by_rule["intercept"].check(target).clusters
+    skip = by_rule["skip"].check(target).clusters
+    lone = [c for c in intercept if len(c.members) == 1]
+    assert len(lone) == 5 and all(c.model == "intercept" for c in lone)
+    # an intercept-only "model" of a load counter measures the load's own variation
+    assert max(c.error for c in lone if c.error is not None) > 0.1
+    assert all(c.model == "none" and c.error is None for c in skip if len(c.members) == 1)
+
+
+def test_constant_target_counter_and_zeros_in_the_dependent() -> None:
+    runs = baseline()
+    target = run(16)
+    target.values[:, NAMES.index("disk")] = 80.0  # flat in the target only
+    target.values[::7, NAMES.index("cpu")] = 0.0  # idle samples
+    result = CounterRegressionCheck().fit(runs).check(target)
+    assert all(c.error is None or math.isfinite(c.error) for c in result.clusters)
+    assert all(c.error is None or c.error < 2 for c in result.clusters)
+
+
+def test_a_counter_that_is_usually_zero_is_never_the_dependent() -> None:
+    rng = np.random.default_rng(21)
+
+    def bursts() -> np.ndarray:
+        return np.where(rng.random(300) < 0.05, rng.exponential(100, 300), 0.0)
+
+    runs = [with_counter(r, "pages", bursts()) for r in baseline()]
+    target = with_counter(run(17), "pages", 3 * bursts())
+    check = CounterRegressionCheck().fit(runs)
+    assert "pages" in check.usually_zero_
+    assert all(c.dependent != "pages" for c in check.check(target).clusters)
+
+
+def test_runs_of_different_lengths() -> None:
+    runs = [run(0, n=500), run(1, n=260), run(2, n=340)]
+    result = CounterRegressionCheck().fit(runs).check(run(18, n=150))
+    assert result.baseline_observations == 500 + 260 + 340
+    assert result.target_observations == 150
+    assert not result.regression
+
+
+def test_counters_present_on_one_side_only() -> None:
+    runs = baseline()
+    runs[1] = with_counter(runs[1], "only_in_run_2", np.ones(300))
+    runs = [with_counter(r, "dropped_later", r.column("cpu") * 2 + 1) for r in runs]
+    target = with_counter(run(19), "new_counter", np.arange(300.0))
+    target = CounterSamples(
+        [n for n in target.names if n != "heap"],
+        target.values[:, [i for i, n in enumerate(target.names) if n != "heap"]],
+    )
+    check = CounterRegressionCheck().fit(runs)
+    reasons = {r.counter: r.reason for r in check.check(target).removed}
+    assert reasons["only_in_run_2"] == MISSING_IN_BASELINE_RUN
+    assert reasons["new_counter"] == NOT_IN_BASELINE
+    assert reasons["heap"] == MISSING_IN_TARGET
+
+
+def test_missing_samples() -> None:
+    rng = np.random.default_rng(22)
+    runs = baseline()
+    for r in runs:
+        r.values[rng.random(r.values.shape) < 0.01] = np.nan
+    runs[0].values[:200, NAMES.index("net")] = np.nan  # 67% missing in one run
+    target = run(23)
+    target.values[rng.random(target.values.shape) < 0.01] = np.nan
+    result = CounterRegressionCheck().fit(runs).check(target)
+    assert not result.regression
+    assert {r.counter: r.reason for r in result.removed}["net"] == MOSTLY_MISSING
+    assert all(c.error is None or math.isfinite(c.error) for c in result.clusters)
+
+
+def test_run_identities_clocks_identities_and_constants_are_removed() -> None:
+    runs = []
+    for seed, r in enumerate(baseline()):
+        r = with_counter(r, "pid", np.full(300, 1000.0 + seed))
+        r = with_counter(r, "elapsed", 5.0 * np.arange(300) + 17 * seed)
+        r = with_counter(r, "total", r.column("cpu") + r.column("disk"))
+        r = with_counter(r, "priority", np.full(300, 8.0))
+        runs.append(with_counter(r, "errors", np.zeros(300)))
+    target = run(24)
+    target = with_counter(target, "pid", np.full(300, 4242.0))
+    target = with_counter(target, "elapsed", 5.0 * np.arange(300))
+    target = with_counter(target, "total", target.column("cpu") + target.column("disk"))
+    target = with_counter(target, "priority", np.full(300, 8.0))
+    target = with_counter(target, "errors", (np.arange(300) % 50 == 0).astype(float))
+    result = CounterRegressionCheck().fit(runs).check(target)
+    reasons = {r.counter: r.reason for r in result.removed}
+    assert reasons["pid"] == CONSTANT_PER_RUN
+    assert reasons["elapsed"] == CLOCK
+    assert IDENTITY in {reasons.get(n) for n in ("total", "cpu", "disk")}
+    assert reasons["priority"] == ZERO_VARIANCE
+    assert reasons["errors"] == CONSTANT_IN_BASELINE
+    assert "errors" in result.look_first or not result.regression
+
+
+def test_more_counters_than_observations_still_runs() -> None:
+    rng = np.random.default_rng(25)
+    factors = rng.normal(size=(60, 5))
+    loadings = rng.normal(size=(5, 150))
+
+    def sample() -> CounterSamples:
+        values = 100 + factors @ loadings + rng.normal(size=(60, 150))
+        return CounterSamples([f"c{i:03d}" for i in range(150)], values)
+
+    check = CounterRegressionCheck(block=1, steady_state="off").fit([sample()])
+    result = check.check(sample())
+    assert result.clusters
+    assert all(c.error is None or math.isfinite(c.error) for c in result.clusters)
+
+
+def test_result_is_json_ready_stable_and_deterministic() -> None:
+    runs, target = baseline(), run(26, cpu_per_request=1.4)
+    first = CounterRegressionCheck().fit(runs).check(target).to_dict()
+    again = CounterRegressionCheck().fit(runs).check(target).to_dict()
+    assert orjson.dumps(first) == orjson.dumps(again)  # no NaN: orjson would refuse inf
+    assert list(first) == [
+        "regression",
+        "threshold",
+        "threshold_source",
+        "max_error",
+        "max_excess_error",
+        "look_first",
+        "clusters",
+        "removed",
+        "baseline",
+        "target",
+        "parameters",
+    ]
+    order = [3, 0, 5, 1, 4, 2]
+
+    def shuffled(r: CounterSamples) -> CounterSamples:
+        return CounterSamples([r.names[i] for i in order], r.values[:, order], r.label)
+
+    permuted = CounterRegressionCheck().fit([shuffled(r) for r in runs]).check(shuffled(target))
+    assert orjson.dumps(permuted.to_dict()) == orjson.dumps(first)
+
+
+def test_calibration_is_leave_one_out_plus_the_margin() -> None:
+    runs = baseline(4)
+    check = CounterRegressionCheck(calibration_margin=0.02).calibrate(runs)
+    expected = [
+        CounterRegressionCheck().fit(runs[:i] + runs[i + 1 :]).check(runs[i]).max_excess_error
+        for i in range(4)
+    ]
+    assert check.calibration_ is not None
+    assert check.calibration_["largest_excess_errors"] == pytest.approx(expected)
+    assert check.effective_threshold == pytest.approx(max(max(expected), 0) + 0.02)
+    result = check.fit(runs).check(run(27, cpu_per_request=1.5))
+    assert result.threshold_source == "calibrated" and result.regression
+
+
+def test_bad_use_is_reported() -> None:
+    with pytest.raises(RuntimeError, match="fit"):
+        CounterRegressionCheck().check(run(0))
+    with pytest.raises(ValueError, match="singletons"):
+        CounterRegressionCheck(singletons="drop").fit(baseline())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least"):
+        CounterRegressionCheck().fit([run(0, n=20)])
+    with pytest.raises(ValueError, match="two good runs"):
+        CounterRegressionCheck().calibrate([run(0)])
+    with pytest.raises(ValueError, match="duplicate counter names"):
+        CounterSamples(["a", "a"], np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="2 names but 3"):
+        CounterSamples(["a", "b"], np.zeros((3, 3)))

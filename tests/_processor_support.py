@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 import pulsar
+import pytest
 
 from perfwatch.config import Config
 from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
@@ -29,6 +30,27 @@ from perfwatch.stream.brokers import BrokerHandle
 from perfwatch.stream.processor import Processor, ProcessorMetrics
 
 T0 = datetime(2024, 1, 1, 2, 0, tzinfo=UTC)
+POSTGRES_URL_ENV = "PERFWATCH_TEST_POSTGRES_URL"
+
+
+def fresh_postgres_schema() -> Iterator[str]:
+    """For a fixture: a URL into a new schema of the test server, dropped afterwards.
+
+    Skips when the server is not configured, except in CI where it must be."""
+    base_url = os.environ.get(POSTGRES_URL_ENV)
+    if not base_url:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{POSTGRES_URL_ENV} must be set in CI (scripts/start-postgres.sh)")
+        pytest.skip(f"{POSTGRES_URL_ENV} is not set")
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base_url, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in base_url else "?"
+    yield f"{base_url}{separator}options=-csearch_path%3D{schema}"
+    with psycopg.connect(base_url, autocommit=True) as connection:
+        connection.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def record_bytes(test: str, run: int, metrics: dict[str, float], branch: str = "main") -> bytes:

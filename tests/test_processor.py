@@ -11,7 +11,7 @@ import random
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import orjson
@@ -37,8 +37,8 @@ from _processor_support import (
     wait_until,
     without_empty,
 )
+from _verdict_samples import EMITTED_AT, evidence
 from perfwatch.records import (
-    ChangePointEvidence,
     Record,
     SeriesRef,
     Verdict,
@@ -257,28 +257,14 @@ def queue_verdicts(store: StateStore, owner: str, count: int) -> list[Verdict]:
     verdicts = []
     with store.transaction() as tx:
         for i in range(count):
-            evidence = {
-                "index": 10 + i,
-                "run_id": f"t#{10 + i}",
-                "commit": None,
-                "time": "2024-01-01T00:00:00Z",
-                "forward_change_percent": 12.0,
-                "magnitude": 0.12,
-                "mean_before": 100.0,
-                "stddev_before": 1.0,
-                "mean_after": 112.0,
-                "stddev_after": 1.0,
-                "pvalue": 1e-6,
-                "direction": "regression",
-            }
             verdict = make_verdict(
-                BeliefChange(DETECTED, ChangePointEvidence.from_json(evidence), None),
+                BeliefChange(DETECTED, evidence(), None),
                 series=SeriesRef("t", f"m{i}", {}),
                 series_key=f"t/m{i}",
-                series_length=20 + i,
-                record_run_id=f"t#{20 + i}",
+                series_length=60,
+                record_run_id="t#59",
                 parameters={},
-                emitted_at=datetime(2024, 1, 2, tzinfo=UTC),
+                emitted_at=EMITTED_AT,
             )
             tx.add_verdict(verdict.verdict_id, verdict.kind, dumps(verdict), owner, "t", "")
             verdicts.append(verdict)
@@ -379,3 +365,17 @@ def test_serve_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
             assert "processor stopped" in serve.log()
         finally:
             client.close()
+
+
+def test_demo_finds_the_scripted_changes(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from perfwatch.cli.main import main
+
+    result = CliRunner().invoke(main, ["demo", "--keep", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "Scripted changes not found: none" in result.output
+    assert "dead-lettered 6 messages" in result.output
+    for reason in BAD_MESSAGES:
+        assert f"\n  {reason} " in result.output
+    assert result.output.count("DETECTED") >= 5

@@ -9,7 +9,6 @@ change points.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import urllib.request
@@ -24,6 +23,7 @@ from _processor_support import (
     batch_beliefs,
     beliefs_from_verdicts,
     free_port,
+    fresh_postgres_schema,
     history,
     processor_config,
     publish,
@@ -40,8 +40,7 @@ from perfwatch.stream.brokers import BrokerHandle, admin_request, make_client, o
 from perfwatch.stream.processor import enable_verdict_deduplication
 
 TIMEOUT = 300.0
-POSTGRES_URL = os.environ.get("PERFWATCH_TEST_POSTGRES_URL")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+pytestmark = pytest.mark.slow  # each starts processes or brokers: tens of seconds
 
 
 def stored_points(store: StateStore) -> int:
@@ -176,19 +175,7 @@ def test_broker_restart_mid_stream(
 
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
-    if not POSTGRES_URL:
-        if IN_CI:
-            pytest.fail("PERFWATCH_TEST_POSTGRES_URL must be set in CI")
-        pytest.skip("PERFWATCH_TEST_POSTGRES_URL is not set")
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-        connection.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-        connection.execute(f"DROP SCHEMA {schema} CASCADE")
+    yield from fresh_postgres_schema()
 
 
 def scrape_processed(port: int) -> float:

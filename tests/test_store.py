@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _processor_support import fresh_postgres_schema
 from perfwatch.store import (
     Point,
     SeriesKey,
@@ -22,30 +21,10 @@ from perfwatch.store import (
     open_store,
 )
 
-POSTGRES_URL = os.environ.get("PERFWATCH_TEST_POSTGRES_URL")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def postgres_schema_url(base_url: str, schema: str) -> str:
-    separator = "&" if "?" in base_url else "?"
-    return f"{base_url}{separator}options=-csearch_path%3D{schema}"
-
 
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
-    """A fresh schema in the test server, dropped afterwards."""
-    if not POSTGRES_URL:
-        if IN_CI:
-            pytest.fail("PERFWATCH_TEST_POSTGRES_URL must be set in CI")
-        pytest.skip("PERFWATCH_TEST_POSTGRES_URL is not set")
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-        connection.execute(f"CREATE SCHEMA {schema}")
-    yield postgres_schema_url(POSTGRES_URL, schema)
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-        connection.execute(f"DROP SCHEMA {schema} CASCADE")
+    yield from fresh_postgres_schema()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -181,11 +181,17 @@ class InputProfile:
 class Inputs:
     kind: Literal["full_suite", "update_sample"]
     profiles: list[InputProfile]
+    # An update sample's inputs profiled on the old code next to the update (drift reference).
+    reference_profiles: list[InputProfile] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        references = self.reference_profiles
         return {
             "kind": self.kind,
             "profiles": [asdict(profile) for profile in self.profiles],
+            **_present(
+                reference_profiles=None if references is None else list(map(asdict, references))
+            ),
         }
 
 
@@ -236,7 +242,13 @@ class Record:
             ),
             inputs=None
             if inputs is None
-            else Inputs(inputs["kind"], [InputProfile(**p) for p in inputs["profiles"]]),
+            else Inputs(
+                inputs["kind"],
+                [InputProfile(**p) for p in inputs["profiles"]],
+                None
+                if "reference_profiles" not in inputs
+                else [InputProfile(**p) for p in inputs["reference_profiles"]],
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -438,6 +450,7 @@ def _passes_quick_check(
     if name == "verdict":
         return (
             _compiled_schema_passes("verdict", doc)
+            and (not check_finite or _plain_and_finite(doc))
             and next(_verdict_value_problems(doc), None) is None
         )
     doc_for_schema, rest = _cut_counter_arrays(doc, ("values", "timestamps"))
@@ -457,7 +470,9 @@ def _passes_quick_check(
 def _compiled_schema_passes(name: Literal["record", "verdict"], doc: Any) -> bool:
     try:
         _compiled_validator(name)(doc)
-    except fastjsonschema.JsonSchemaException:
+    # TypeError: a value no JSON holds (a set in counters.names) trips the generated code's
+    # uniqueness check; the full pass names the problem.
+    except (fastjsonschema.JsonSchemaException, TypeError):
         return False
     return True
 
@@ -547,7 +562,7 @@ def _all_finite(rows: list[list[Any]]) -> bool:
     try:
         # A single infinity or NaN makes the sum non-finite, so a finite sum proves them all
         # finite; filter(None, ...) drops the nulls (and the zeros, finite anyway).
-        if math.isfinite(sum(filter(None, chain.from_iterable(rows)))):
+        if math.isfinite(sum(filter(None, chain.from_iterable(rows)), 0.0)):
             return True
     except OverflowError:  # an integer beyond the float range
         pass
@@ -727,8 +742,16 @@ def _record_value_problems(doc: dict[str, Any], *, stamp_dates: bool = True) -> 
     if isinstance(counters, dict):
         yield from _counter_shape_problems(counters, stamp_dates=stamp_dates)
     inputs = doc.get("inputs")
-    profiles = inputs.get("profiles") if isinstance(inputs, dict) else None
-    if isinstance(profiles, list):
+    if not isinstance(inputs, dict):
+        return
+    if inputs.get("kind") == "full_suite" and "reference_profiles" in inputs:
+        yield Problem(
+            "$.inputs.reference_profiles", "only an update_sample carries reference profiles"
+        )
+    for block in ("profiles", "reference_profiles"):
+        profiles = inputs.get(block)
+        if not isinstance(profiles, list):
+            continue
         first_seen: dict[str, int] = {}
         for index, profile in enumerate(profiles):
             input_id = profile.get("input_id") if isinstance(profile, dict) else None
@@ -736,8 +759,8 @@ def _record_value_problems(doc: dict[str, Any], *, stamp_dates: bool = True) -> 
                 continue
             if input_id in first_seen:
                 yield Problem(
-                    json_path(["inputs", "profiles", index, "input_id"]),
-                    f"duplicate input_id {input_id!r} (first at profiles[{first_seen[input_id]}])",
+                    json_path(["inputs", block, index, "input_id"]),
+                    f"duplicate input_id {input_id!r} (first at {block}[{first_seen[input_id]}])",
                 )
             else:
                 first_seen[input_id] = index

@@ -111,6 +111,7 @@ def _run_demo(history: DemoHistory, folder: Path) -> None:
         f"({history.records} records of 4 tests x 3 metrics x {history.runs} nights, "
         f"{len(history.messages) - history.records} malformed)"
     )
+    click.echo(f"{history.late} arrives ten nights late; {history.duplicate} is sent twice")
     click.echo(f"state and broker data in {folder}\n")
     started = time.monotonic()
     with (

@@ -59,6 +59,8 @@ class DemoHistory:
     messages: list[DemoMessage]
     changes: list[ScriptedChange]
     runs: int
+    late: str  # label of the record that arrives ten nights late
+    duplicate: str  # label of the record sent twice
 
     @property
     def records(self) -> int:
@@ -209,4 +211,10 @@ def demo_history(runs: int = 200, seed: int = 7) -> DemoHistory:
             messages.extend(_malformed(run))
     for pending in held.values():
         messages.extend(pending)
-    return DemoHistory(messages=messages, changes=changes, runs=runs)
+    return DemoHistory(
+        messages=messages,
+        changes=changes,
+        runs=runs,
+        late=f"{late[0]} night {late[1]}",
+        duplicate=f"{duplicate[0]} night {duplicate[1]}",
+    )

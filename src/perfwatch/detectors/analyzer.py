@@ -39,6 +39,32 @@ __all__ = ["SeriesAnalyzer"]
 _FORMAT = "perfwatch.analyzer/v1"
 _MAGIC = b"PWSA\x01"
 
+# A processor saves thousands of states with the same few parameter sets:
+# their JSON (for to_bytes) and their objects (for from_bytes) are built once
+# (the caches are emptied if a caller cycles through very many sets).
+_MAX_CACHED_PARAMS = 256
+_PARAMS_JSON: dict[EDivisiveParams, orjson.Fragment] = {}
+_PARAMS_FROM_JSON: dict[tuple[tuple[str, Any], ...], EDivisiveParams] = {}
+
+
+def _params_json(params: EDivisiveParams) -> orjson.Fragment:
+    known = _PARAMS_JSON.get(params)
+    if known is None:
+        if len(_PARAMS_JSON) >= _MAX_CACHED_PARAMS:
+            _PARAMS_JSON.clear()
+        known = _PARAMS_JSON[params] = orjson.Fragment(orjson.dumps(params.to_dict()))
+    return known
+
+
+def _params_from_json(d: Mapping[str, Any]) -> EDivisiveParams:
+    setting = tuple(sorted(d.items()))
+    known = _PARAMS_FROM_JSON.get(setting)
+    if known is None:
+        if len(_PARAMS_FROM_JSON) >= _MAX_CACHED_PARAMS:
+            _PARAMS_FROM_JSON.clear()
+        known = _PARAMS_FROM_JSON[setting] = EDivisiveParams.from_dict(d)
+    return known
+
 
 class SeriesAnalyzer:
     """Change points of one growing series; see the module docstring."""
@@ -162,7 +188,7 @@ class SeriesAnalyzer:
         header = orjson.dumps(
             {
                 "format": _FORMAT,
-                "params": self.params.to_dict(),
+                "params": _params_json(self.params),
                 "n": len(self),
                 "windows": len(self._chain),
                 "cps": int(self._chain.cps.shape[0]),
@@ -206,7 +232,7 @@ class SeriesAnalyzer:
         starts = take(h["windows"], "<i8")
         offsets = take(h["windows"] + 1, "<i8")
         cps = take(h["cps"], "<i8")
-        a = cls(EDivisiveParams.from_dict(h["params"]))
+        a = cls(_params_from_json(h["params"]))
         a._restore(raw, WindowChain(starts, offsets, cps))
         a._cps = [ChangePoint.from_dict(c) for c in h["change_points"]]
         return a

@@ -386,6 +386,24 @@ def redundancy_analysis(
                 pending = np.empty((alive.size, block))
 
 
+def pairwise_redundancy(correlation: np.ndarray, r2_threshold: float) -> list[tuple[int, int]]:
+    """Counters that one other counter alone predicts with R^2 (= rho^2) above the
+    threshold, as (removed, the counter that predicts it): pairs are taken from the
+    strongest down, and of a pair whose two counters are both still present the one
+    with the higher index goes. Each removal is one the full redundancy analysis would
+    also make, since R^2 on all others is at least R^2 on one of them."""
+    upper = np.triu(correlation**2, k=1)
+    rows, columns = np.nonzero(upper > r2_threshold)
+    order = np.lexsort((columns, rows, -upper[rows, columns]))
+    present = np.ones(correlation.shape[0], dtype=bool)
+    removed = []
+    for row, column in zip(rows[order], columns[order], strict=True):
+        if present[row] and present[column]:
+            present[column] = False
+            removed.append((int(column), int(row)))
+    return removed
+
+
 def correlation_distance(correlation: np.ndarray, kind: Distance = "1-|rho|") -> np.ndarray:
     """Pearson distance between counters: 1 - |rho| (inversely correlated counters are
     close) or 1 - rho."""
@@ -452,43 +470,40 @@ def cut_dendrogram(merges: np.ndarray, clusters: int) -> np.ndarray:
     return labels
 
 
-def cluster_counters(distance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Average-linkage clustering cut where Calinski-Harabasz peaks: (labels, CH by k).
-    Two counters or fewer form one cluster (the index needs 2 <= k < n)."""
+def cluster_counters(
+    distance: np.ndarray, max_clusters: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Average-linkage clustering cut where Calinski-Harabasz peaks among 2 to
+    ``max_clusters`` clusters (default: half the counters): (labels, CH by k). Two
+    counters or fewer form one cluster (the index needs 2 <= k < n)."""
     n = distance.shape[0]
     if n <= 2:
         return np.zeros(n, dtype=int), np.full(n + 1, np.nan)
     merges = linkage(squareform(distance, checks=False), method="average")
     scores = calinski_harabasz_by_cut(merges)
-    if np.isnan(scores).all():
+    allowed = scores[: max(2, max_clusters or n // 2) + 1]
+    if np.isnan(allowed).all():
         return np.zeros(n, dtype=int), scores
-    return cut_dendrogram(merges, int(np.nanargmax(scores))), scores
+    return cut_dendrogram(merges, int(np.nanargmax(allowed))), scores
 
 
 def merge_singletons(labels: np.ndarray, distance: np.ndarray) -> np.ndarray:
-    """Continue the average-linkage agglomeration for lone counters only: while a cluster
-    of one is left (and more than one cluster), merge the closest pair of clusters (mean
-    distance) of which at least one is a lone counter. Labels renumbered in order of first
-    member."""
-    groups = [list(np.flatnonzero(labels == label)) for label in range(labels.max() + 1)]
-    while len(groups) > 1 and any(len(g) == 1 for g in groups):
-        best: tuple[float, int, int] | None = None
-        for i, lone in enumerate(groups):
-            if len(lone) != 1:
-                continue
-            for j, other in enumerate(groups):
-                if j != i:
-                    key = (float(distance[lone[0], other].mean()), min(i, j), max(i, j))
-                    if best is None or key < best:
-                        best = key
-        assert best is not None
-        _, i, j = best
-        groups[i] = sorted(groups[i] + groups[j])
-        del groups[j]
-    merged = np.empty_like(labels)
-    for label, members in enumerate(sorted(groups, key=min)):
-        merged[members] = label
-    return merged
+    """Each lone counter joins the cluster of two or more at the smallest mean distance
+    (where average linkage would put it, if only lone counters moved); if every cluster
+    is a lone counter, they form one. Labels renumbered in order of first member."""
+    sizes = np.bincount(labels)
+    groups = np.flatnonzero(sizes >= 2)
+    lone = np.flatnonzero(sizes[labels] == 1)
+    merged = labels.copy()
+    if groups.size == 0:
+        merged[:] = 0
+    elif lone.size:
+        membership = (labels[:, None] == groups[None, :]).astype(np.float64)
+        means = distance[lone] @ membership / sizes[groups]
+        merged[lone] = groups[np.argmin(means, axis=1)]
+    _, first = np.unique(merged, return_index=True)
+    order = np.argsort(np.argsort(first))
+    return order[np.searchsorted(np.unique(merged), merged)]
 
 
 def ks_statistics(first: np.ndarray, second: np.ndarray) -> np.ndarray:
@@ -604,6 +619,10 @@ class CounterRegressionCheck:
         runs, as the seed recommends.
     redundancy_r2: redundancy analysis threshold (0.9); None turns the analysis off.
     distance: "1-|rho|" (default) or "1-rho".
+    max_clusters: the dendrogram is cut where Calinski-Harabasz peaks among 2 to this
+        many clusters; None (default): half the counters. Beyond that most clusters are
+        lone counters, and on noisy counters the index keeps rising as they are split
+        off one by one, up to n - 1 clusters of which one is a pair.
 
     The deviations, each with its reason (``seed_literal()`` turns them all off):
 
@@ -625,10 +644,12 @@ class CounterRegressionCheck:
     shrinkage: the redundancy analysis works on the correlation matrix shrunk towards the
         identity, (1 - s) C + s I. As counters approach the number of samples every plain
         R^2 tends to 1 by overfitting alone (the seed's system had thousands of counters),
-        and shrinkage keeps the analysis meaningful. None (default): the Ledoit-Wolf
-        estimate of s when there are at most twice as many samples as counters, else the
-        plain R^2 adjusted for the number of counters (Ledoit-Wolf over-shrinks when
-        bursty counters give heavy tails); 0: always the plain R^2.
+        and shrinkage keeps the analysis meaningful. None (default): with more than twice
+        as many samples as counters, the plain R^2 adjusted for the number of counters
+        (Ledoit-Wolf over-shrinks when bursty counters give heavy tails); otherwise first
+        the counters one other counter predicts above the threshold (well measured at any
+        size, see ``pairwise_redundancy``), then the Ledoit-Wolf estimate of s for the
+        rest. 0: always the plain R^2.
     redundant_dependents: a counter removed by the redundancy analysis stays a candidate
         dependent (never a predictor) of the cluster it is closest to. The analysis
         removes the counters that others predict well, which are the best dependents
@@ -686,6 +707,7 @@ class CounterRegressionCheck:
         threshold: float = 0.30,
         redundancy_r2: float | None = 0.9,
         distance: Distance = "1-|rho|",
+        max_clusters: int | None = None,
         steady_state: SteadyState = "auto",
         steady_state_z: float = 2.0,
         max_trim_fraction: float = 0.25,
@@ -706,6 +728,7 @@ class CounterRegressionCheck:
         self.threshold = threshold
         self.redundancy_r2 = redundancy_r2
         self.distance = distance
+        self.max_clusters = max_clusters
         self.steady_state = steady_state
         self.steady_state_z = steady_state_z
         self.max_trim_fraction = max_trim_fraction
@@ -748,6 +771,7 @@ class CounterRegressionCheck:
             "threshold": self.threshold,
             "redundancy_r2": self.redundancy_r2,
             "distance": self.distance,
+            "max_clusters": self.max_clusters,
             "steady_state": self.steady_state,
             "steady_state_z": self.steady_state_z,
             "max_trim_fraction": self.max_trim_fraction,
@@ -815,7 +839,7 @@ class CounterRegressionCheck:
 
         correlation = correlation_matrix(blocks[:, kept]) if kept.size else np.zeros((0, 0))
         distance = correlation_distance(correlation, self.distance)
-        labels, scores = cluster_counters(distance)
+        labels, scores = cluster_counters(distance, self.max_clusters)
         if self.singletons == "merge" and labels.size:
             labels = merge_singletons(labels, distance)
         clusters = [
@@ -823,12 +847,7 @@ class CounterRegressionCheck:
             for label in range(int(labels.max()) + 1 if labels.size else 0)
         ]
         if self.redundant_dependents and clusters:
-            removed = [
-                self._attach(removal, blocks, kept, labels, names, clusters)
-                if removal.reason == REDUNDANT
-                else removal
-                for removal in removed
-            ]
+            removed = self._attach(removed, blocks, kept, labels, names, clusters)
 
         self.names_ = names
         self.recorded_ = set().union(*(run.names for run in baseline_runs))
@@ -868,44 +887,71 @@ class CounterRegressionCheck:
     ) -> tuple[np.ndarray, list[RemovedCounter]]:
         if self.redundancy_r2 is None or analysed.size < 2:
             return analysed, []
-        values = samples[:, analysed]
-        observations, counters = values.shape
+        observations = samples.shape[0]
+        removed: list[RemovedCounter] = []
         amount = self.shrinkage
         if amount is None:
             amount = 0.0
-            if observations <= 2 * counters:
-                amount = float(ledoit_wolf_shrinkage(_standardize(values), assume_centered=True))
+            if observations <= 2 * analysed.size:
+                # every plain R^2 is inflated here, but one counter predicting another is
+                # still well measured: take those out first, then shrink
+                correlation = correlation_matrix(samples[:, analysed])
+                twins = pairwise_redundancy(correlation, self.redundancy_r2)
+                removed = [
+                    RemovedCounter(
+                        names[analysed[gone]],
+                        REDUNDANT,
+                        f"redundant: R^2 {correlation[gone, kept] ** 2:.4f} on "
+                        f"{names[analysed[kept]]} alone",
+                        r_squared=float(correlation[gone, kept] ** 2),
+                        explained_by={names[analysed[kept]]: float(correlation[gone, kept])},
+                    )
+                    for gone, kept in twins
+                ]
+                analysed = np.delete(analysed, [gone for gone, _ in twins])
+                values = _standardize(samples[:, analysed])
+                amount = float(ledoit_wolf_shrinkage(values, assume_centered=True))
+        values = samples[:, analysed]
+        observations, counters = values.shape
         correlation = shrink_correlation(correlation_matrix(values), max(amount, _MIN_RIDGE))
         adjust = amount <= _MIN_RIDGE and observations > counters + 1
         steps = redundancy_analysis(
             correlation, self.redundancy_r2, observations=observations if adjust else None
         )
-        removed = [_removal(step, names, analysed, REDUNDANT, "redundant") for step in steps]
+        removed += [_removal(step, names, analysed, REDUNDANT, "redundant") for step in steps]
         return np.delete(analysed, [step.index for step in steps]), removed
 
     def _attach(
         self,
-        removal: RemovedCounter,
+        removed: list[RemovedCounter],
         blocks: np.ndarray,
         kept: np.ndarray,
         labels: np.ndarray,
         names: list[str],
         clusters: list[_Cluster],
-    ) -> RemovedCounter:
-        """Make a redundant counter a dependent candidate of the cluster at the smallest
-        mean distance."""
-        column = names.index(removal.counter)
-        correlation = correlation_matrix(blocks[:, [column, *kept]])
-        gaps = correlation_distance(correlation, self.distance)[0, 1:]
-        nearest = min(range(len(clusters)), key=lambda c: (gaps[labels == c].mean(), c))
-        clusters[nearest].redundant.append(removal.counter)
-        return RemovedCounter(
-            removal.counter,
-            removal.reason,
-            f"{removal.detail}; still a dependent candidate of cluster {nearest}",
-            removal.r_squared,
-            removal.explained_by,
-        )
+    ) -> list[RemovedCounter]:
+        """Make each redundant counter a dependent candidate of the cluster at the
+        smallest mean distance."""
+        positions = [i for i, removal in enumerate(removed) if removal.reason == REDUNDANT]
+        if not positions:
+            return removed
+        columns = [names.index(removed[i].counter) for i in positions]
+        correlation = _standardize(blocks[:, columns]).T @ _standardize(blocks[:, kept])
+        correlation /= blocks.shape[0]
+        gaps = 1.0 - (np.abs(correlation) if self.distance == "1-|rho|" else correlation)
+        membership = (labels[:, None] == np.arange(len(clusters))[None, :]).astype(np.float64)
+        nearest = np.argmin(gaps @ membership / membership.sum(axis=0), axis=1)
+        attached = list(removed)
+        for i, cluster in zip(positions, nearest, strict=True):
+            clusters[cluster].redundant.append(removed[i].counter)
+            attached[i] = RemovedCounter(
+                removed[i].counter,
+                removed[i].reason,
+                f"{removed[i].detail}; still a dependent candidate of cluster {cluster}",
+                removed[i].r_squared,
+                removed[i].explained_by,
+            )
+        return attached
 
     def _spread(self, blocks: list[np.ndarray]) -> np.ndarray:
         """Per counter: the largest KS statistic between one good run and the others
@@ -1352,8 +1398,10 @@ def _finite(value: float) -> float | None:
 
 
 def _standardize(values: np.ndarray) -> np.ndarray:
+    """Columns centred and scaled to unit variance; a constant column becomes zeros."""
     centred = values - values.mean(axis=0)
-    return centred / centred.std(axis=0)
+    spread = centred.std(axis=0)
+    return centred / np.where(spread > 0, spread, 1.0)
 
 
 def _constant_tolerance(values: np.ndarray) -> np.ndarray:

@@ -54,6 +54,9 @@ __all__ = [
 
 _COMPAT_VALUES = (None, "otava")
 _NO_SYNC = np.zeros(0, np.int64)
+_FEW = 16  # lists up to this long are checked value by value in as_raw_values
+_MAX_ABS_VALUE = 1e150
+_TOO_LARGE = "values are too large (|value| > 1e150): rescale the metric"
 _DEFAULT_MODE_OPTIONS = (
     "min_segment_len",
     "noise_floor",
@@ -211,6 +214,14 @@ def prepare_values(values: ArrayLike, *, allow_all_missing: bool = False) -> np.
 
 def as_raw_values(values: ArrayLike) -> np.ndarray:
     """Float64 1-D array of the values, None -> NaN; ValueError on inf / bad shape / type."""
+    if type(values) is list and len(values) <= _FEW and all(type(v) is float for v in values):
+        # the streaming case (one new value): plain checks beat numpy's per-call cost
+        for i, v in enumerate(values):
+            if math.isinf(v):
+                raise ValueError(f"values contain an infinite value at index {i}")
+            if abs(v) > _MAX_ABS_VALUE:
+                raise ValueError(_TOO_LARGE)
+        return np.array(values, dtype=np.float64)
     if isinstance(values, np.ndarray):
         arr = values
     else:
@@ -232,8 +243,8 @@ def as_raw_values(values: ArrayLike) -> np.ndarray:
         i = int(np.flatnonzero(np.isinf(raw))[0])
         raise ValueError(f"values contain an infinite value at index {i}")
     finite = raw[~np.isnan(raw)]
-    if finite.size and np.abs(finite).max() > 1e150:
-        raise ValueError("values are too large (|value| > 1e150): rescale the metric")
+    if finite.size and np.abs(finite).max() > _MAX_ABS_VALUE:
+        raise ValueError(_TOO_LARGE)
     return raw
 
 

@@ -408,6 +408,7 @@ def test_configuration_reference_lists_every_key_with_its_default() -> None:
         "verdicts",
         "observability",
         "recommendation",
+        "counters",
     ):
         values = getattr(config, section)
         for spec in fields(values):

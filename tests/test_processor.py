@@ -10,7 +10,7 @@ import logging
 import random
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -220,7 +220,13 @@ def test_bad_input_is_dead_lettered_with_its_reason(
 class FailingHandler:
     """A handler with a bug that shows on one particular run."""
 
-    def handle(self, record: Record, tx: StoreTransaction, emitted_at: datetime) -> list[Verdict]:
+    def handle(
+        self,
+        record: Record,
+        tx: StoreTransaction,
+        emitted_at: datetime,
+        earlier: Sequence[Verdict] = (),
+    ) -> list[Verdict]:
         if record.run_id.endswith("#3"):
             raise ZeroDivisionError("a bug in a handler")
         return []

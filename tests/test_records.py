@@ -415,6 +415,9 @@ def rich_record() -> dict[str, Any]:
     doc["inputs"]["profiles"] = [
         {**profile, "input_id": f"input-{index}", "statements": 100.0 * index} for index in range(3)
     ]
+    doc["inputs"]["reference_profiles"] = [
+        {**profile, "input_id": f"input-{index}", "wall_time_s": 0.5} for index in range(2)
+    ]
     return doc
 
 

@@ -122,6 +122,34 @@ class RecommendationConfig:
 
 
 @dataclass(frozen=True)
+class CountersConfig:
+    """The counter-cluster check on the stream (docs/counters-stream.md)."""
+
+    # Baseline: the counter samples of this many latest runs without a regression verdict.
+    baseline_runs: int = 5
+    # Fewer stored runs than this: the record joins the baseline unjudged.
+    min_baseline_runs: int = 3
+    threshold: float = 0.30
+    publish_passed: bool = False
+    block: int = 10
+
+    def __post_init__(self) -> None:
+        if self.baseline_runs < 2:
+            raise ConfigError(
+                f"counters.baseline_runs: must be at least 2, got {self.baseline_runs}"
+            )
+        if not 2 <= self.min_baseline_runs <= self.baseline_runs:
+            raise ConfigError(
+                "counters.min_baseline_runs: must be from 2 to counters.baseline_runs "
+                f"({self.baseline_runs}), got {self.min_baseline_runs}"
+            )
+        if not self.threshold > 0:
+            raise ConfigError(f"counters.threshold: must be above 0, got {self.threshold}")
+        if self.block < 1:
+            raise ConfigError(f"counters.block: must be at least 1, got {self.block}")
+
+
+@dataclass(frozen=True)
 class AnalyzerRule:
     """Analyzer parameters for the series whose test and metric match the globs."""
 
@@ -143,6 +171,7 @@ class Config:
     verdicts: VerdictPolicy = field(default_factory=VerdictPolicy)
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     recommendation: RecommendationConfig = field(default_factory=RecommendationConfig)
+    counters: CountersConfig = field(default_factory=CountersConfig)
     # [analyzer] scalar keys: the defaults for every series.
     analyzer: Mapping[str, Any] = field(default_factory=dict)
     # [[analyzer.rules]]: later matching rules override earlier ones key by key.
@@ -174,6 +203,7 @@ _SCALAR_SECTIONS: dict[str, type] = {
     "verdicts": VerdictPolicy,
     "observability": ObservabilityConfig,
     "recommendation": RecommendationConfig,
+    "counters": CountersConfig,
 }
 
 

@@ -119,7 +119,12 @@ class SeriesAnalyzer:
     def _update(self, raw: np.ndarray, pos: int, k: int) -> list[ChangePoint]:
         old_x = self._x
         n_old = old_x.shape[0]
-        x = K.fill_gaps(raw)
+        appending = pos == n_old and n_old > 0 and not np.isnan(old_x[0])
+        if appending:
+            # the filled prefix cannot change; new gaps continue its last value
+            x = np.concatenate([old_x, K.fill_gaps(np.concatenate([old_x[-1:], raw[pos:]]))[1:]])
+        else:
+            x = K.fill_gaps(raw)
         n = x.shape[0]
         self._raw = raw
         self._x = x
@@ -127,7 +132,9 @@ class SeriesAnalyzer:
             self._chain = WindowChain.empty()
             self._cps = []
             return []
-        if n_old == 0 or np.isnan(old_x[0]):
+        if appending:
+            lo, hi = pos, n - 1
+        elif n_old == 0 or np.isnan(old_x[0]):
             lo, hi = 0, n - 1
         else:
             # first changed index (filled values before pos can change only

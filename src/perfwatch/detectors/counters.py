@@ -488,22 +488,28 @@ def cluster_counters(
 
 
 def merge_singletons(labels: np.ndarray, distance: np.ndarray) -> np.ndarray:
-    """Each lone counter joins the cluster of two or more at the smallest mean distance
-    (where average linkage would put it, if only lone counters moved); if every cluster
-    is a lone counter, they form one. Labels renumbered in order of first member."""
+    """Each lone counter joins the cluster at the smallest mean distance from it, which
+    may be another lone counter (lone counters nearest to each other end up together).
+    Labels renumbered in order of first member."""
     sizes = np.bincount(labels)
-    groups = np.flatnonzero(sizes >= 2)
     lone = np.flatnonzero(sizes[labels] == 1)
-    merged = labels.copy()
-    if groups.size == 0:
-        merged[:] = 0
-    elif lone.size:
-        membership = (labels[:, None] == groups[None, :]).astype(np.float64)
-        means = distance[lone] @ membership / sizes[groups]
-        merged[lone] = groups[np.argmin(means, axis=1)]
-    _, first = np.unique(merged, return_index=True)
-    order = np.argsort(np.argsort(first))
-    return order[np.searchsorted(np.unique(merged), merged)]
+    parent = np.arange(sizes.size)
+    if lone.size and sizes.size > 1:
+        membership = (labels[:, None] == np.arange(sizes.size)[None, :]).astype(np.float64)
+        means = distance[lone] @ membership / sizes
+        means[np.arange(lone.size), labels[lone]] = np.inf  # not its own cluster
+        for cluster, nearest in zip(labels[lone], np.argmin(means, axis=1), strict=True):
+            parent[_root(parent, cluster)] = _root(parent, int(nearest))
+    roots = np.array([_root(parent, label) for label in labels])
+    _, first, inverse = np.unique(roots, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse]
+
+
+def _root(parent: np.ndarray, node: int) -> int:
+    while parent[node] != node:
+        parent[node] = parent[parent[node]]
+        node = int(parent[node])
+    return int(node)
 
 
 def ks_statistics(first: np.ndarray, second: np.ndarray) -> np.ndarray:

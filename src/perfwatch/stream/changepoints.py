@@ -8,6 +8,7 @@ points it now reports against the ones last published.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -69,7 +70,13 @@ class ChangePointHandler:
         self._params = {}
         self._analyzers: dict[int, tuple[int, SeriesAnalyzer]] = {}
 
-    def handle(self, record: Record, tx: StoreTransaction, emitted_at: datetime) -> list[Verdict]:
+    def handle(
+        self,
+        record: Record,
+        tx: StoreTransaction,
+        emitted_at: datetime,
+        earlier: Sequence[Verdict] = (),
+    ) -> list[Verdict]:
         identifying = self._config.series.identifying_attributes
         metrics = sorted(record.metrics)
         keys = {metric: series_key(record, metric, identifying) for metric in metrics}

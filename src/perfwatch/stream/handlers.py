@@ -4,10 +4,14 @@ A handler looks at one valid record inside the record's store transaction,
 updates whatever state it keeps there (all of it commits or rolls back with
 the record) and returns the verdicts the record caused. It must be
 idempotent: a redelivered record reaches it again and must change nothing.
+Handlers run in order; each also receives the verdicts the handlers before it
+produced for the record (the counter check keeps a run with a change-point
+regression out of its baseline).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -17,15 +21,23 @@ from perfwatch.store import StoreTransaction
 
 
 class RecordHandler(Protocol):
-    def handle(self, record: Record, tx: StoreTransaction, emitted_at: datetime) -> list[Verdict]:
-        """Update state for `record` within `tx`; the verdicts to publish."""
+    def handle(
+        self,
+        record: Record,
+        tx: StoreTransaction,
+        emitted_at: datetime,
+        earlier: Sequence[Verdict] = (),
+    ) -> list[Verdict]:
+        """Update state for `record` within `tx`; the verdicts to publish. `earlier`:
+        the verdicts of the handlers before this one for the same record."""
         ...
 
 
 def build_handlers(config: Config) -> list[RecordHandler]:
-    """Every handler a processor runs, in order. Handlers of the record's `counters`
-    and `inputs` blocks are added here."""
+    """Every handler a processor runs, in order: the counter check comes after the
+    change points, whose regression verdicts keep a run out of its baseline."""
     from perfwatch.stream.changepoints import ChangePointHandler
+    from perfwatch.stream.counterchecks import CounterCheckHandler
     from perfwatch.stream.recommendations import InputsHandler
 
-    return [ChangePointHandler(config), InputsHandler(config)]
+    return [ChangePointHandler(config), InputsHandler(config), CounterCheckHandler(config)]

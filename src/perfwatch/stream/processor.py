@@ -385,8 +385,11 @@ class Processor:
             emitted_at = datetime.now(UTC)
             queued = []
             with self.store.transaction() as tx:
+                produced: list[Verdict] = []
                 for handler in self._handlers:
-                    for verdict in handler.handle(record, tx, emitted_at):
+                    verdicts = handler.handle(record, tx, emitted_at, tuple(produced))
+                    produced.extend(verdicts)
+                    for verdict in verdicts:
                         entry = self._outbox_entry(verdict, record.test)
                         seq = tx.add_verdict(
                             entry.verdict_id,

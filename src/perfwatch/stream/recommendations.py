@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any, cast
@@ -136,7 +136,13 @@ class InputsHandler:
         }
         self._clusterings: OrderedDict[str, tuple[int, InputClustering]] = OrderedDict()
 
-    def handle(self, record: Record, tx: StoreTransaction, emitted_at: datetime) -> list[Verdict]:
+    def handle(
+        self,
+        record: Record,
+        tx: StoreTransaction,
+        emitted_at: datetime,
+        earlier: Sequence[Verdict] = (),
+    ) -> list[Verdict]:
         if record.inputs is None:
             return []
         attributes = dict(series_key(record, "", self._identifying).attributes)

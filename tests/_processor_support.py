@@ -26,7 +26,7 @@ from perfwatch.config import Config
 from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
 from perfwatch.records import RECORD_SCHEMA, format_rfc3339
 from perfwatch.store import SeriesKey, StateStore
-from perfwatch.stream.brokers import BrokerHandle
+from perfwatch.stream.brokers import BrokerHandle, make_client
 from perfwatch.stream.processor import Processor, ProcessorMetrics
 
 T0 = datetime(2024, 1, 1, 2, 0, tzinfo=UTC)
@@ -171,6 +171,31 @@ def running_processor(
         stop.set()
         thread.join(60)
     assert not runner.errors, runner.errors
+
+
+def verdicts_of_twice_published(
+    config: Config,
+    store: StateStore,
+    broker: BrokerHandle,
+    messages: Sequence[tuple[str, bytes]],
+    timeout: float,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run a processor on `messages`, then on the same messages again: the verdicts
+    topic after the first pass and after the second. Fails on any dead letter."""
+    client = make_client(broker)
+    try:
+        publish(client, config.topics.records, messages)
+        with running_processor(config, store, client, broker) as runner:
+            runner.wait_until(settled(runner.metrics, len(messages)), "every record", timeout)
+            runner.wait_until(lambda: not store.unpublished(), "an empty outbox", timeout)
+            first = verdict_documents(client, config.topics.verdicts)
+            publish(client, config.topics.records, messages)  # the same records again
+            runner.wait_until(settled(runner.metrics, 2 * len(messages)), "the copies", timeout)
+            runner.wait_until(lambda: not store.unpublished(), "an empty outbox", timeout)
+        assert runner.metrics.dead_lettered_total() == 0
+        return first, verdict_documents(client, config.topics.verdicts)
+    finally:
+        client.close()
 
 
 def publish(client: pulsar.Client, topic: str, messages: Sequence[tuple[str, bytes]]) -> None:

@@ -23,7 +23,6 @@ from perfwatch.detectors.counters import (
     CounterRegressionCheck,
     CounterSamples,
     percentage_error,
-    prediction_bound,
 )
 
 NAMES = ["cpu", "requests", "net", "disk", "log", "heap"]
@@ -286,24 +285,16 @@ def test_the_default_cut_is_searched_over_up_to_half_the_counters() -> None:
     assert int(np.nanargmax(check.ch_scores_)) == 6  # where it would have cut
 
 
-def test_prediction_bound_by_hand() -> None:
-    # mean 2, sd 1, t(0.99, 2 dof) = 6.9646, sqrt(1 + 1/3)
-    assert prediction_bound([1.0, 2.0, 3.0]) == pytest.approx(2 + 6.9646 * math.sqrt(4 / 3), 1e-4)
-    assert prediction_bound([0.5, 0.5]) == 0.5  # never below the largest value
-    with pytest.raises(ValueError, match="two values"):
-        prediction_bound([1.0])
-
-
-def test_calibration_is_the_prediction_bound_of_leave_one_out_errors() -> None:
+def test_calibration_is_leave_one_out_plus_the_margin() -> None:
     runs = baseline(4)
-    check = CounterRegressionCheck(calibration_level=0.95).calibrate(runs)
+    check = CounterRegressionCheck(calibration_margin=0.02).calibrate(runs)
     expected = [
         CounterRegressionCheck().fit(runs[:i] + runs[i + 1 :]).check(runs[i]).max_excess_error
         for i in range(4)
     ]
     assert check.calibration_ is not None
     assert check.calibration_["largest_excess_errors"] == pytest.approx(expected)
-    assert check.effective_threshold == pytest.approx(max(prediction_bound(expected, 0.95), 0))
+    assert check.effective_threshold == pytest.approx(max(max(expected), 0) + 0.02)
     result = check.fit(runs).check(run(27, cpu_per_request=1.5))
     assert result.threshold_source == "calibrated" and result.regression
 

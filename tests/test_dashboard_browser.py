@@ -1,7 +1,8 @@
 """The dashboard in a real browser: headless Chromium driven by Playwright.
 
-A real processor consumes the example nightly history and two unit tests'
-runs from the embedded broker into a SQLite store; the dashboard serves that
+A real processor consumes the example nightly history, two unit tests' runs
+and one test's counter samples (whose last run it flags) from the embedded
+broker into a SQLite store; the dashboard serves that
 store and follows the verdicts topic. Each view is loaded and its tables and
 figures are compared with the store; then new records are published and the
 new verdict must appear on the open page without a reload. Screenshots go to
@@ -56,6 +57,7 @@ CHROMIUM_ARGS = [
 ]
 UNIT_TESTS = ("unit.parse", "unit.render")
 UNIT_RUNS = 30
+COUNTER_TEST = "api.search"
 NIGHTLY_RUNS = 120
 P99 = SeriesKey.of("nightly", "p99_latency_ms", {"branch": "main"})
 WAIT_MS = 30_000
@@ -89,6 +91,30 @@ def unit_records() -> list[dict[str, Any]]:
                     },
                 }
             )
+    return records
+
+
+def counter_records() -> list[dict[str, Any]]:
+    """Counter samples of three good runs of a test, then of one whose memory grew
+    without more load: the processor's counter check flags the last one."""
+    from test_dashboard import counter_run
+
+    rng = np.random.default_rng(5)
+    start = datetime(2024, 5, 1, 2, 0, tzinfo=UTC)
+    records = []
+    for i, broken in enumerate((False, False, False, True)):
+        samples = counter_run(rng, 120, broken, f"run {i}")
+        records.append(
+            {
+                "schema": "perfwatch.record/v1",
+                "test": COUNTER_TEST,
+                "run_id": f"{COUNTER_TEST}#{i}",
+                "branch": "main",
+                "timestamp": (start + timedelta(hours=i)).isoformat(),
+                "metrics": {},
+                "counters": {"names": samples.names, "values": samples.values.tolist()},
+            }
+        )
     return records
 
 
@@ -171,22 +197,24 @@ def pipeline(embedded_broker: BrokerHandle) -> Iterator[Pipeline]:
         running.thread.start()
         try:
             nightly = [orjson.loads(line) for line in NIGHTLY.read_text().splitlines() if line]
-            running.publish(nightly + unit_records())
+            running.publish(nightly + unit_records() + counter_records())
             running.wait_for_runs(P99, NIGHTLY_RUNS)
             for test in UNIT_TESTS:
                 key = SeriesKey.of(test, "cpu_time_s", {"branch": "main"})
                 running.wait_for_runs(key, UNIT_RUNS)
-            add_detector_verdicts(running.store)
+            wait_until(
+                lambda: queries.counter_checks(running.store), 60, "the counter check verdict"
+            )
+            add_recommendation_verdict(running.store)
             yield running
         finally:
             running.close()
 
 
-def add_detector_verdicts(store: StateStore) -> None:
-    """A counter check and a run-or-skip recommendation from the real detectors."""
-    from test_dashboard import add_check_verdict, counter_verdict, recommendation_verdict
+def add_recommendation_verdict(store: StateStore) -> None:
+    """A run-or-skip recommendation from the real detector."""
+    from test_dashboard import add_check_verdict, recommendation_verdict
 
-    add_check_verdict(store, counter_verdict(np.random.default_rng(5)))
     add_check_verdict(store, recommendation_verdict(store))
 
 

@@ -31,6 +31,7 @@ from _processor_support import (
     settled,
     unique_topics,
     verdict_documents,
+    verdicts_of_twice_published,
 )
 from perfwatch.cli.main import main
 from perfwatch.cli.profile import profile_record
@@ -516,20 +517,7 @@ def test_recommendations_through_the_broker_once_each(
         ("other.suite", orjson.dumps(orphan)),
     ]
     config = processor_config(store.url, topics)
-    client = make_client(each_broker)
-    try:
-        publish(client, topics["records"], messages)
-        with running_processor(config, store, client, each_broker) as runner:
-            runner.wait_until(settled(runner.metrics, len(messages)), "every record", TIMEOUT)
-            runner.wait_until(lambda: not store.unpublished(), "an empty outbox", TIMEOUT)
-            first = verdict_documents(client, topics["verdicts"])
-            publish(client, topics["records"], messages)  # the same records again
-            runner.wait_until(settled(runner.metrics, 2 * len(messages)), "the copies", TIMEOUT)
-            runner.wait_until(lambda: not store.unpublished(), "an empty outbox", TIMEOUT)
-        assert runner.metrics.dead_lettered_total() == 0
-        documents = verdict_documents(client, topics["verdicts"])
-    finally:
-        client.close()
+    first, documents = verdicts_of_twice_published(config, store, each_broker, messages, TIMEOUT)
     assert documents == first
     decisions = {d["record_run_id"]: d["recommendation"]["decision"] for d in documents}
     assert decisions == {"bottleneck-1": "run", "harmless-1": "skip", "orphan-1": "run"}

@@ -426,6 +426,11 @@ def merge(x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, bon
     m2 = np.empty(k)
     s2 = np.empty(k)
     p = np.empty(k)
+    # p-value of each short point's last test and the (lo, hi) it was made
+    # with: the scan below repeats it every round, mostly with the same bounds
+    short_lo = np.full(k, -1, np.int64)
+    short_hi = np.full(k, -1, np.int64)
+    short_p = np.empty(k)
     for i in range(k):
         lo = idx[i - 1] if i > 0 else 0
         hi = idx[i + 1] if i + 1 < k else n
@@ -452,7 +457,11 @@ def merge(x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, bon
                 while j < k and idx[j] - idx[i] < min_seg:
                     j += 1
                 hi = idx[j] if j < k else n
-                pi = segment_stats(x, lo, idx[i], hi, noise_floor)[4]
+                if short_lo[i] != lo or short_hi[i] != hi:
+                    short_lo[i] = lo
+                    short_hi[i] = hi
+                    short_p[i] = segment_stats(x, lo, idx[i], hi, noise_floor)[4]
+                pi = short_p[i]
                 if w < 0 or pi > pw:
                     w = i
                     pw = pi
@@ -479,6 +488,9 @@ def merge(x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, bon
             m2[i] = m2[i + 1]
             s2[i] = s2[i + 1]
             p[i] = p[i + 1]
+            short_lo[i] = short_lo[i + 1]
+            short_hi[i] = short_hi[i + 1]
+            short_p[i] = short_p[i + 1]
         k -= 1
         # Otava re-tests the points now at positions w and w + 1 (the latter
         # refreshes stats left stale by an earlier removal); the point before

@@ -37,7 +37,7 @@ import statsmodels.api as sm
 from scipy.cluster.hierarchy import linkage
 from scipy.ndimage import median_filter
 from scipy.spatial.distance import squareform
-from scipy.stats import ks_2samp, t
+from scipy.stats import ks_2samp
 from sklearn.covariance import ledoit_wolf_shrinkage
 
 Distance = Literal["1-|rho|", "1-rho"]
@@ -535,19 +535,6 @@ def ks_statistics(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return result
 
 
-def prediction_bound(values: Sequence[float], level: float = 0.99) -> float:
-    """One-sided upper prediction bound for one more value drawn like ``values``
-    (Student t): mean + t_level(n - 1) * sd * sqrt(1 + 1/n), and never below the largest
-    value. Needs two values or more; wide when there are few."""
-    if len(values) < 2:
-        raise ValueError("a prediction bound needs at least two values")
-    sample = np.asarray(values, dtype=np.float64)
-    spread = float(sample.std(ddof=1))
-    quantile = float(t.ppf(level, sample.size - 1))
-    bound = float(sample.mean()) + quantile * spread * math.sqrt(1 + 1 / sample.size)
-    return max(bound, float(sample.max()))
-
-
 def block_means(values: np.ndarray, window: int) -> np.ndarray:
     """Means of consecutive blocks of ``window`` rows (the last block may be shorter),
     NaN samples left out; NaN for a block with no sample. 1-D or 2-D input."""
@@ -697,10 +684,11 @@ class CounterRegressionCheck:
         in turn; mean + 2 standard deviations): "larger than usual modelling errors" in
         the seed's words. A model of a noisy counter misses good runs by 15% too; its 20%
         on the target is no regression, while 20% from a model that misses by 1% is.
-    calibration_level: a calibrated threshold is the upper prediction bound, at this
-        level, of a good run's largest excess error, from each good run checked against
-        the others (``prediction_bound``): the seed's "calibrate on good runs", with room
-        for the run-to-run variation the good runs show, and wide when they are few.
+    calibration_margin: a calibrated threshold is the largest excess error of any good
+        run checked against the others, plus this many points (absolute): the seed's
+        "calibrate on a good run", with room for a good run a little worse than all of
+        the calibration runs. (A prediction bound from the few leave-one-out values was
+        too tight: they understate the tail of a maximum over many candidate models.)
     max_missing_fraction: a counter missing in more than this share of a run's samples is
         left out; the remaining gaps are filled by linear interpolation in time for the
         models (KS tests and errors use only blocks with a real sample).
@@ -727,7 +715,7 @@ class CounterRegressionCheck:
         error_floor: float = 0.1,
         block: int = 10,
         subtract_good_run_error: bool = True,
-        calibration_level: float = 0.99,
+        calibration_margin: float = 0.05,
         max_missing_fraction: float = 0.5,
         look_first: int = 5,
     ) -> None:
@@ -748,7 +736,7 @@ class CounterRegressionCheck:
         self.error_floor = error_floor
         self.block = block
         self.subtract_good_run_error = subtract_good_run_error
-        self.calibration_level = calibration_level
+        self.calibration_margin = calibration_margin
         self.max_missing_fraction = max_missing_fraction
         self.look_first = look_first
         self.calibration_: dict[str, Any] | None = None
@@ -791,7 +779,7 @@ class CounterRegressionCheck:
             "error_floor": self.error_floor,
             "block": self.block,
             "subtract_good_run_error": self.subtract_good_run_error,
-            "calibration_level": self.calibration_level,
+            "calibration_margin": self.calibration_margin,
             "max_missing_fraction": self.max_missing_fraction,
             "look_first": self.look_first,
         }
@@ -1233,9 +1221,8 @@ class CounterRegressionCheck:
 
     def calibrate(self, good_runs: Sequence[CounterSamples]) -> CounterRegressionCheck:
         """Learn the threshold from good runs by leave-one-out: each run is checked against
-        a baseline of the others, and the threshold is the upper prediction bound (at
-        calibration_level) of the largest excess errors seen. Call before or after
-        ``fit``; ``fit`` keeps it."""
+        a baseline of the others; threshold = largest excess error + calibration_margin.
+        Call before or after ``fit``; ``fit`` keeps it."""
         if len(good_runs) < 2:
             raise ValueError("calibration needs at least two good runs")
         largest: list[float] = []
@@ -1246,8 +1233,8 @@ class CounterRegressionCheck:
         self.calibration_ = {
             "runs": [_run_label(run, i) for i, run in enumerate(good_runs)],
             "largest_excess_errors": largest,
-            "level": self.calibration_level,
-            "threshold": max(prediction_bound(largest, self.calibration_level), 0.0),
+            "margin": self.calibration_margin,
+            "threshold": max(max(largest), 0.0) + self.calibration_margin,
         }
         return self
 
@@ -1275,8 +1262,8 @@ class CounterRegressionCheck:
             raise ValueError("error_floor must not be negative")
         if self.block < 1:
             raise ValueError("block must be at least 1 sample")
-        if not 0.5 <= self.calibration_level < 1:
-            raise ValueError("calibration_level must be at least 0.5 and below 1")
+        if self.calibration_margin < 0:
+            raise ValueError("calibration_margin must not be negative")
 
     def _drop_mostly_missing(
         self, names: list[str], runs: Sequence[CounterSamples], what: str

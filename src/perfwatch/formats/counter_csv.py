@@ -8,8 +8,6 @@ The time values are not interpreted: rows are samples in file order.
 
 from __future__ import annotations
 
-import csv
-import math
 from pathlib import Path
 
 import numpy as np
@@ -17,25 +15,19 @@ import numpy as np
 from perfwatch.detectors.counters import CounterSamples
 from perfwatch.formats.errors import SourceError
 from perfwatch.formats.jsonl import read_records
-from perfwatch.formats.perfmon_csv import is_perfmon_header, read_perfmon_csv
-
-_MISSING = {"", "nan", "null", "na"}
+from perfwatch.formats.perfmon_csv import (
+    csv_rows,
+    is_perfmon_header,
+    parse_sample,
+    read_perfmon_csv,
+)
 
 
 def read_counter_csv(path: str | Path, *, time_column: str | None = None) -> CounterSamples:
     """The counter samples of one plain CSV file; SourceError naming the line and
     column of the first problem."""
     path = Path(path)
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle)
-            rows = [(reader.line_num, row) for row in reader if any(c.strip() for c in row)]
-    except FileNotFoundError:
-        raise SourceError(path, "no such file") from None
-    except UnicodeDecodeError as error:
-        raise SourceError(path, f"not UTF-8 text (byte {error.start})") from None
-    except csv.Error as error:
-        raise SourceError(path, f"malformed CSV: {error}") from None
+    rows = csv_rows(path)
     if not rows:
         raise SourceError(path, "empty file: expected a header row", line=1)
     header_line, header = rows[0]
@@ -69,7 +61,7 @@ def read_counter_csv(path: str | Path, *, time_column: str | None = None) -> Cou
             raise SourceError(
                 path, f"{len(row)} cells, but the header has {len(header)}", line=line
             )
-        values.append([_number(path, line, i, row[i], header[i]) for i in counters])
+        values.append([parse_sample(path, line, i + 1, row[i], header[i]) for i in counters])
     if not values:
         raise SourceError(path, "no samples after the header", line=header_line + 1)
     return CounterSamples([header[i] for i in counters], np.array(values), label=str(path))
@@ -118,20 +110,3 @@ def _record_runs(path: Path) -> list[CounterSamples]:
     if not runs:
         raise SourceError(path, "no record in the file")
     return runs
-
-
-def _number(path: Path, line: int, index: int, cell: str, counter: str) -> float:
-    text = cell.strip()
-    if text.lower() in _MISSING:
-        return math.nan
-    try:
-        value = float(text)
-    except ValueError:
-        raise SourceError(
-            path, f"not a number: {cell!r} (counter {counter!r})", line=line, column=index + 1
-        ) from None
-    if math.isinf(value):
-        raise SourceError(
-            path, f"infinite value (counter {counter!r})", line=line, column=index + 1
-        )
-    return value

@@ -8,6 +8,8 @@ sample and whenever a counter could not be read).
 
 When every counter comes from the same host the ``\\\\HOST`` prefix is dropped, so runs
 recorded on different machines compare by counter name.
+
+``csv_rows`` and ``parse_sample`` also serve the plain counter CSV reader.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from perfwatch.detectors.counters import CounterSamples
 from perfwatch.formats.errors import SourceError
 
 PDH_MARKER = "(PDH-CSV"
+MISSING_CELLS = {"", "nan", "null", "na"}  # after stripping, case-insensitive
 
 
 def is_perfmon_header(first_line: str) -> bool:
@@ -33,7 +36,7 @@ def read_perfmon_csv(path: str | Path) -> CounterSamples:
     """The counter samples of one perfmon CSV file; SourceError naming the line and
     column of the first problem."""
     path = Path(path)
-    rows = _rows(path)
+    rows = csv_rows(path)
     if not rows:
         raise SourceError(path, "empty file: expected a perfmon CSV header", line=1)
     line, header = rows[0]
@@ -59,24 +62,27 @@ def read_perfmon_csv(path: str | Path) -> CounterSamples:
             raise SourceError(
                 path, f"{len(row)} cells, but the header has {len(header)}", line=line
             )
-        values.append([_sample(path, line, column, cell) for column, cell in enumerate(row[1:], 2)])
+        values.append(
+            [parse_sample(path, line, column, cell) for column, cell in enumerate(row[1:], 2)]
+        )
     if not values:
         raise SourceError(path, "no samples after the header", line=rows[0][0] + 1)
     return CounterSamples(_without_common_host(names), np.array(values), label=str(path))
 
 
-def _rows(path: Path) -> list[tuple[int, list[str]]]:
-    """Non-blank rows with their 1-based line numbers."""
+def csv_rows(path: Path) -> list[tuple[int, list[str]]]:
+    """A CSV file's non-blank rows with their 1-based line numbers; SourceError when
+    the file cannot be read as CSV text."""
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.reader(handle)
             return [(reader.line_num, row) for row in reader if any(cell.strip() for cell in row)]
     except FileNotFoundError:
         raise SourceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise SourceError(path, "is a directory, not a file") from None
     except UnicodeDecodeError as error:
-        raise SourceError(
-            path, f"not UTF-8 text (byte {error.start}); save the CSV as UTF-8"
-        ) from None
+        raise SourceError(path, f"not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     except csv.Error as error:
         raise SourceError(path, f"malformed CSV: {error}") from None
 
@@ -92,16 +98,21 @@ def _counter_path(path: Path, line: int, column: int, cell: str) -> str:
     return cell
 
 
-def _sample(path: Path, line: int, column: int, cell: str) -> float:
+def parse_sample(path: Path, line: int, column: int, cell: str, counter: str = "") -> float:
+    """One cell as a sample: NaN when missing (blank, NaN, null, NA); SourceError at
+    the cell when it is not a finite number."""
     text = cell.strip()
-    if not text:
+    if text.lower() in MISSING_CELLS:
         return math.nan
+    about = f" (counter {counter!r})" if counter else ""
     try:
         value = float(text)
     except ValueError:
-        raise SourceError(path, f"not a number: {cell!r}", line=line, column=column) from None
+        raise SourceError(
+            path, f"not a number: {cell!r}{about}", line=line, column=column
+        ) from None
     if math.isinf(value):
-        raise SourceError(path, f"infinite value: {cell!r}", line=line, column=column)
+        raise SourceError(path, f"infinite value: {cell!r}{about}", line=line, column=column)
     return value
 
 

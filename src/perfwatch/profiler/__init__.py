@@ -1,1 +1,5 @@
-"""Profiling in separate passes: a context manager and decorator (core), the counting tracer (counting) and the pytest plugin (pytest_plugin)."""
+"""Per-input profiling in separate passes.
+
+`core` has the context manager and decorator, `counting` the statement, loop
+and conditional tracer, `pytest_plugin` the pytest plugin.
+"""

@@ -36,6 +36,7 @@ so these counts come from their own pass and never share one with timing.
 from __future__ import annotations
 
 import dis
+import gc
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -108,15 +109,23 @@ class ExecutionCounter:
 
     def __init__(self) -> None:
         self._previous_trace: Any = None
+        self._gc_was_enabled = False
         self._totals = [0, 0, 0, 0]
 
     def start(self) -> None:
         self._totals = [0, 0, 0, 0]
         self._previous_trace = sys.gettrace()
+        # A collection inside the block would run finalizers and weakref
+        # callbacks of unrelated objects, whose lines would then be counted:
+        # the same code could count differently depending on what ran before.
+        self._gc_was_enabled = gc.isenabled()
+        gc.disable()
         sys.settrace(self._make_tracer())
 
     def stop(self) -> ExecutionCounts:
         sys.settrace(self._previous_trace)
+        if self._gc_was_enabled:
+            gc.enable()
         statements, calls, iterations, conditionals = self._totals
         return ExecutionCounts(statements, calls, iterations, conditionals)
 

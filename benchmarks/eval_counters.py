@@ -5,7 +5,7 @@ shaped like their Dell DVD Store (DS2) study, and prints their Table 4 (predicti
 per cluster, largest per run) next to the two traditional approaches they compare with:
 one model for a fixed counter (CPU, then memory) and a statistical test on every counter.
 
-    python benchmarks/eval_counters.py [--seed 2015] [--robustness N] [--json]
+    python benchmarks/eval_counters.py [--seed 2015] [--robustness N] [--set NAME=VALUE] [--json]
 
 Design (the seed's Table 3): five good runs; "no regression i" checks good run i against
 a baseline of the other four; "regression X" checks the run with injected regression X

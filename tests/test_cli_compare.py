@@ -120,4 +120,6 @@ def test_literal_mode_runs(files: dict) -> None:
         "--baseline", *files["good"], "--target", files["target"], "--literal", "--format", "json"
     )
     assert code in (0, 1)
-    assert orjson.loads(out)["parameters"]["dependent_selection"] == "ks"
+    parameters = orjson.loads(out)["parameters"]
+    assert parameters["dependent_selection"] == "ks"
+    assert parameters["block"] == 1 and parameters["steady_state"] == "off"

@@ -76,25 +76,20 @@ class _GreedyCommand(click.Command):
 @click.option(
     "--redundancy-r2",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=0.9,
-    show_default=True,
+    help="Redundancy analysis threshold [0.9].",
 )
 @click.option(
-    "--distance", type=click.Choice(["1-|rho|", "1-rho"]), default="1-|rho|", show_default=True
+    "--distance", type=click.Choice(["1-|rho|", "1-rho"]), help="Pearson distance [1-|rho|]."
 )
 @click.option(
     "--block",
     type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    help="Samples averaged per observation (1: sample by sample).",
+    help="Samples averaged per observation [10; 1 with --literal: sample by sample].",
 )
 @click.option(
     "--steady-state",
     type=click.Choice(["auto", "off"]),
-    default="auto",
-    show_default=True,
-    help="Cut warm-up and cool-down.",
+    help="Cut warm-up and cool-down [auto; off with --literal].",
 )
 @click.option(
     "--literal",
@@ -107,15 +102,17 @@ def compare(
     threshold: float | None,
     calibrate_files: tuple[str, ...],
     output_format: str,
-    redundancy_r2: float,
-    distance: str,
-    block: int,
-    steady_state: str,
+    redundancy_r2: float | None,
+    distance: str | None,
+    block: int | None,
+    steady_state: str | None,
     literal: bool,
 ) -> None:
     """Check one run's counters against a baseline of good runs: clusters of
     counters, one regression model per cluster, regression where a model's prediction
-    error is larger than usual."""
+    error is larger than usual.
+
+    Exit status: 0 no regression, 1 regression, 2 bad input or usage."""
     if threshold is not None and calibrate_files:
         raise click.UsageError("give --threshold or --calibrate, not both")
     try:
@@ -126,13 +123,15 @@ def compare(
         calibration = _runs(calibrate_files) if calibrate_files else []
         if calibrate_files and len(calibration) < 2:
             raise click.UsageError("--calibrate needs at least two good runs")
-        params = {
-            "threshold": 0.30 if threshold is None else threshold,
+        given = {
+            "threshold": threshold,
             "redundancy_r2": redundancy_r2,
             "distance": distance,
             "block": block,
             "steady_state": steady_state,
         }
+        # only what was given, so --literal keeps its own settings for the rest
+        params = {name: value for name, value in given.items() if value is not None}
         check = (
             CounterRegressionCheck.seed_literal(**params)
             if literal

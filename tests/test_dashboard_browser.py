@@ -1,12 +1,12 @@
 """The dashboard in a real browser: headless Chromium driven by Playwright.
 
-A real processor consumes the example nightly history, two unit tests' runs
-and one test's counter samples (whose last run it flags) from the embedded
-broker into a SQLite store; the dashboard serves that
-store and follows the verdicts topic. Each view is loaded and its tables and
-figures are compared with the store; then new records are published and the
-new verdict must appear on the open page without a reload. Screenshots go to
-test-artifacts/.
+A real processor consumes the example nightly history, two unit tests' runs,
+one test's counter samples (whose last run it flags) and one test's input
+profiles (a full suite, then an update's sample it judges) from the embedded
+broker into a SQLite store; the dashboard serves that store and follows the
+verdicts topic. Each view is loaded and its tables and figures are compared
+with the store; then new records are published and the new verdict must
+appear on the open page without a reload. Screenshots go to test-artifacts/.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from perfwatch.dashboard import queries
 from perfwatch.dashboard.app import DashboardSettings, create_app
 from perfwatch.dashboard.live import TopicSettings
 from perfwatch.publishers.publisher import Publisher
-from perfwatch.store import SeriesKey, StateStore, open_store
+from perfwatch.store import SeriesKey, open_store
 from perfwatch.stream.brokers import BrokerHandle, make_client
 from perfwatch.stream.processor import Processor
 
@@ -58,6 +58,7 @@ CHROMIUM_ARGS = [
 UNIT_TESTS = ("unit.parse", "unit.render")
 UNIT_RUNS = 30
 COUNTER_TEST = "api.search"
+INPUTS_TEST = "suite.inputs"
 NIGHTLY_RUNS = 120
 P99 = SeriesKey.of("nightly", "p99_latency_ms", {"branch": "main"})
 WAIT_MS = 30_000
@@ -205,17 +206,44 @@ def pipeline(embedded_broker: BrokerHandle) -> Iterator[Pipeline]:
             wait_until(
                 lambda: queries.counter_checks(running.store), 60, "the counter check verdict"
             )
-            add_recommendation_verdict(running.store)
+            publish_run_or_skip(running)
             yield running
         finally:
             running.close()
 
 
-def add_recommendation_verdict(store: StateStore) -> None:
-    """A run-or-skip recommendation from the real detector."""
-    from test_dashboard import add_check_verdict, recommendation_verdict
+def inputs_record(run: str, kind: str, profiles: list[Any], hour: int) -> dict[str, Any]:
+    """A record carrying per-input profiles: the full suite's, or an update's sample."""
+    return {
+        "schema": "perfwatch.record/v1",
+        "test": INPUTS_TEST,
+        "run_id": f"{INPUTS_TEST}#{run}",
+        "branch": "main",
+        "timestamp": datetime(2024, 7, 1, hour, 0, tzinfo=UTC).isoformat(),
+        "metrics": {},
+        "inputs": {"kind": kind, "profiles": [asdict(p) for p in profiles]},
+    }
 
-    add_check_verdict(store, recommendation_verdict(store))
+
+def publish_run_or_skip(running: Pipeline) -> None:
+    """The suite's profiles become the test's baseline clustering; then an update's
+    sample (one large input much slower) gets the processor's recommendation."""
+    from test_dashboard import input_profile, input_suite
+
+    running.publish([inputs_record("full-1", "full_suite", input_suite(), 1)])
+    wait_until(
+        lambda: queries.baseline_inputs(running.store, INPUTS_TEST, {"branch": "main"})[0],
+        60,
+        "the input baseline",
+    )
+    sample = [
+        input_profile("large-2", 51_800, 0.9, 502),
+        input_profile("small-3", 1120, 0.0112, 13),
+    ]
+    running.publish([inputs_record("update-1", "update_sample", sample, 2)])
+    wait_until(
+        lambda: queries.recommendations(running.store, INPUTS_TEST), 60, "the recommendation"
+    )
 
 
 def free_port() -> int:

@@ -254,7 +254,12 @@ def read_all(client: pulsar.Client, topic: str, idle_ms: int = 1500) -> list[pul
 
 
 def verdict_documents(client: pulsar.Client, topic: str) -> list[dict[str, Any]]:
-    return [orjson.loads(message.data()) for message in read_all(client, topic)]
+    """The verdicts on `topic`: the processor sends each with its verdict_id property."""
+    return [
+        orjson.loads(message.data())
+        for message in read_all(client, topic)
+        if "verdict_id" in message.properties()
+    ]
 
 
 def beliefs_from_verdicts(documents: Sequence[dict[str, Any]]) -> dict[SeriesKey, set[str]]:

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from _verdict_samples import COMMIT, EMITTED_AT, verdict
 from perfwatch.cli.main import main
 from perfwatch.publishers.verdict_feed import (
+    SeenVerdicts,
     VerdictFilter,
     is_regression,
     parse_since,
@@ -96,6 +97,34 @@ def test_filters() -> None:
     later = verdict(emitted_at=EMITTED_AT + timedelta(hours=2))
     assert not VerdictFilter(since=EMITTED_AT + timedelta(hours=1)).accepts(regression)
     assert VerdictFilter(since=EMITTED_AT + timedelta(hours=1)).accepts(later)
+
+
+def test_a_repeated_verdict_id_is_seen_once() -> None:
+    seen = SeenVerdicts(capacity=2)
+    first, second, third = verdict(test="a"), verdict(test="b"), verdict(test="c")
+    assert [seen.first_time(v) for v in (first, second, first, second)] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert seen.first_time(third)  # pushes the oldest id (first's) out
+    assert seen.first_time(first)
+    assert seen.first_time({"kind": "no id"}) and seen.first_time({"kind": "no id"})
+    with pytest.raises(ValueError, match="capacity"):
+        SeenVerdicts(capacity=0)
+
+
+def test_replay_shows_a_verdict_published_twice_once(
+    each_broker: BrokerHandle, client: pulsar.Client, unique_topic: Callable[[str], str]
+) -> None:
+    topic = unique_topic("verdicts")
+    once, twice = dumps(verdict(test="svc/once")), dumps(verdict(test="svc/twice"))
+    _produce(client, topic, [twice, once, twice])
+    arguments = ["watch", *_on(each_broker, topic), "--from-earliest", "--idle-timeout", "1"]
+    result = CliRunner().invoke(main, [*arguments, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes.splitlines() == [twice, once]
 
 
 def test_parse_since() -> None:

@@ -18,6 +18,7 @@ import pulsar
 from perfwatch.config import Config, ConfigError, load_config
 from perfwatch.publishers.verdict_feed import (
     KINDS,
+    SeenVerdicts,
     VerdictFilter,
     parse_since,
     receive_messages,
@@ -188,10 +189,15 @@ def watch(source: VerdictSource, output_format: str, color: bool | None) -> None
         start = "oldest" if source.from_earliest else "next"
         click.echo(f"watching {source.topic} from the {start} verdict", err=True)
         shown = 0
+        seen = SeenVerdicts()
         try:
             for message in receive_messages(consumer, idle_timeout_s=source.idle_timeout_s):
                 verdict = decode_verdict(message)
-                if verdict is not None and source.verdict_filter.accepts(verdict):
+                if (
+                    verdict is not None
+                    and source.verdict_filter.accepts(verdict)
+                    and seen.first_time(verdict)
+                ):
                     if output_format == "json":
                         stdout.write(message.data() + b"\n")
                         stdout.flush()

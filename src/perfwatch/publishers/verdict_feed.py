@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -203,3 +204,30 @@ def receive_messages(
             continue
         last_seen = clock()
         yield message
+
+
+class SeenVerdicts:
+    """The verdict ids seen lately, so a verdict the topic carries twice is shown once.
+
+    Equal ids are the same verdict. The processor sends none twice to a broker
+    with deduplication, but the embedded broker has none (see docs/processor.md).
+    Only the newest `capacity` ids are kept: a repeat arrives close behind.
+    """
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def first_time(self, verdict: Mapping[str, Any]) -> bool:
+        """True the first time this verdict's id is offered (and always without an id)."""
+        verdict_id = verdict.get("verdict_id")
+        if not isinstance(verdict_id, str):
+            return True
+        if verdict_id in self._ids:
+            return False
+        self._ids[verdict_id] = None
+        if len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+        return True

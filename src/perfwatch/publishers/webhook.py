@@ -19,7 +19,7 @@ import httpx
 import orjson
 import pulsar
 
-from perfwatch.publishers.verdict_feed import VerdictFilter, summary_fields
+from perfwatch.publishers.verdict_feed import SeenVerdicts, VerdictFilter, summary_fields
 
 DEFAULT_TEMPLATE = "{summary}"
 TEMPLATE_FIELDS = (
@@ -161,6 +161,7 @@ def forward_verdicts(
     told what happened to each message.
     """
     verdict_filter = verdict_filter or VerdictFilter()
+    seen = SeenVerdicts()
     stats = ForwardStats()
     for message in messages:
         payload = message.data()
@@ -172,7 +173,10 @@ def forward_verdicts(
             outcome = _dead_letter(dead_letter, message, f"not a verdict: {error}", 0)
             stats.dead_lettered += 1
         else:
-            if verdict_filter.accepts(verdict):
+            if not seen.first_time(verdict):
+                outcome = "skipped: this verdict id was already forwarded"
+                stats.skipped += 1
+            elif verdict_filter.accepts(verdict):
                 body = payload if style == "raw" else slack_payload(verdict, template)
                 delivery = sender.deliver(body)
                 if delivery.accepted:

@@ -392,7 +392,9 @@ def test_store_poller_sends_each_new_verdict_once(
         record = nightly_record(i, 100.0 * (1 + 0.01 * rng.standard_normal()), 512.0)
         new_ids += handle(filled_store, handler, record)
     assert new_ids, "the drop back to 100 ms must be reported"
-    assert state.poll_store() == len(new_ids)
+    # The app's own poller (every 0.2 s) may already have sent some of them:
+    # between the two, each is sent exactly once.
+    assert state.poll_store() <= len(new_ids)
     assert state.poll_store() == 0
     events = [client.portal.call(queue.get) for _ in new_ids]
     assert [e["item"]["verdict_id"] for e in events] == new_ids

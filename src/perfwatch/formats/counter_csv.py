@@ -19,7 +19,7 @@ from perfwatch.formats.perfmon_csv import (
     csv_rows,
     is_perfmon_header,
     parse_sample,
-    read_perfmon_csv,
+    perfmon_samples,
 )
 
 
@@ -27,7 +27,13 @@ def read_counter_csv(path: str | Path, *, time_column: str | None = None) -> Cou
     """The counter samples of one plain CSV file; SourceError naming the line and
     column of the first problem."""
     path = Path(path)
-    rows = csv_rows(path)
+    return counter_samples(path, csv_rows(path), time_column=time_column)
+
+
+def counter_samples(
+    path: Path, rows: list[tuple[int, list[str]]], *, time_column: str | None = None
+) -> CounterSamples:
+    """The counter samples of a plain CSV file's rows (from ``csv_rows``)."""
     if not rows:
         raise SourceError(path, "empty file: expected a header row", line=1)
     header_line, header = rows[0]
@@ -77,16 +83,10 @@ def read_counter_runs(path: str | Path) -> list[CounterSamples]:
         raise SourceError(path, "binary perfmon log: convert it first with `relog FILE -f csv`")
     if suffix in (".json", ".jsonl", ".ndjson"):
         return _record_runs(path)
-    try:
-        with path.open(encoding="utf-8-sig", errors="replace") as handle:
-            first_line = handle.readline()
-    except FileNotFoundError:
-        raise SourceError(path, "no such file") from None
-    except IsADirectoryError:
-        raise SourceError(path, "is a directory, not a file") from None
-    if is_perfmon_header(first_line):
-        return [read_perfmon_csv(path)]
-    return [read_counter_csv(path)]
+    rows = csv_rows(path)
+    if is_perfmon_header(rows):
+        return [perfmon_samples(path, rows)]
+    return [counter_samples(path, rows)]
 
 
 def _record_runs(path: Path) -> list[CounterSamples]:

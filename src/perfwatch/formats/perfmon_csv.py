@@ -15,28 +15,33 @@ recorded on different machines compare by counter name.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 
 import numpy as np
 
 from perfwatch.detectors.counters import CounterSamples
-from perfwatch.formats.errors import SourceError
+from perfwatch.formats.errors import SourceError, read_source
 
 PDH_MARKER = "(PDH-CSV"
 MISSING_CELLS = {"", "nan", "null", "na"}  # after stripping, case-insensitive
 
 
-def is_perfmon_header(first_line: str) -> bool:
-    """Whether a file's first line is a perfmon CSV header."""
-    return first_line.lstrip("\ufeff").lstrip('"').startswith(PDH_MARKER)
+def is_perfmon_header(rows: list[tuple[int, list[str]]]) -> bool:
+    """Whether a CSV file's rows (from ``csv_rows``) start with a perfmon CSV header."""
+    return bool(rows) and bool(rows[0][1]) and rows[0][1][0].startswith(PDH_MARKER)
 
 
 def read_perfmon_csv(path: str | Path) -> CounterSamples:
     """The counter samples of one perfmon CSV file; SourceError naming the line and
     column of the first problem."""
     path = Path(path)
-    rows = csv_rows(path)
+    return perfmon_samples(path, csv_rows(path))
+
+
+def perfmon_samples(path: Path, rows: list[tuple[int, list[str]]]) -> CounterSamples:
+    """The counter samples of a perfmon CSV file's rows (from ``csv_rows``)."""
     if not rows:
         raise SourceError(path, "empty file: expected a perfmon CSV header", line=1)
     line, header = rows[0]
@@ -74,15 +79,13 @@ def csv_rows(path: Path) -> list[tuple[int, list[str]]]:
     """A CSV file's non-blank rows with their 1-based line numbers; SourceError when
     the file cannot be read as CSV text."""
     try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle)
-            return [(reader.line_num, row) for row in reader if any(cell.strip() for cell in row)]
-    except FileNotFoundError:
-        raise SourceError(path, "no such file") from None
-    except IsADirectoryError:
-        raise SourceError(path, "is a directory, not a file") from None
+        text = read_source(path).decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise SourceError(path, f"not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+    # newline="" as csv wants: quoted cells may hold line breaks of their own
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        return [(reader.line_num, row) for row in reader if any(cell.strip() for cell in row)]
     except csv.Error as error:
         raise SourceError(path, f"malformed CSV: {error}") from None
 

@@ -46,8 +46,7 @@ from perfwatch.config import Config
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
 from perfwatch.records import Record, SeriesRef, Verdict
 from perfwatch.store import StoreTransaction
-from perfwatch.stream.changepoints import series_key
-from perfwatch.stream.recommendations import baseline_key
+from perfwatch.stream.recommendations import record_baseline
 from perfwatch.stream.verdicts import DETECTED, UPDATED
 
 log = logging.getLogger("perfwatch.counterchecks")
@@ -186,8 +185,7 @@ class CounterCheckHandler:
     ) -> list[Verdict]:
         if record.counters is None:
             return []
-        attributes = dict(series_key(record, "", self._identifying).attributes)
-        key = baseline_key(record.test, attributes)
+        key, attributes = record_baseline(record, self._identifying)
         tx.put_blob(COUNTER_BASELINE_LOCK_NAMESPACE, key, b"")
         stored = tx.get_blob(COUNTER_BASELINE_NAMESPACE, key)
         baseline = CounterBaseline() if stored is None else CounterBaseline.from_bytes(stored)

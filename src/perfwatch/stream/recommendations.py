@@ -70,6 +70,13 @@ def baseline_key(test: str, attributes: Mapping[str, str]) -> str:
     return SeriesKey.of(test, "", dict(attributes)).canonical
 
 
+def record_baseline(record: Record, identifying: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    """The baseline a record belongs to: its blob key (as `baseline_key` gives it) and
+    the identifying attributes it has."""
+    key = series_key(record, "", identifying)
+    return key.canonical, dict(key.attributes)
+
+
 def _profile_dicts(profiles: Iterable[InputProfile]) -> list[dict[str, Any]]:
     return [asdict(profile) for profile in profiles]
 
@@ -145,8 +152,7 @@ class InputsHandler:
     ) -> list[Verdict]:
         if record.inputs is None:
             return []
-        attributes = dict(series_key(record, "", self._identifying).attributes)
-        key = baseline_key(record.test, attributes)
+        key, attributes = record_baseline(record, self._identifying)
         if record.inputs.kind == "full_suite":
             tx.put_blob(BASELINE_LOCK_NAMESPACE, key, b"")
             self._add_full_suite(record, key, tx)

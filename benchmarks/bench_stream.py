@@ -140,7 +140,7 @@ def seed_store(
     for (metric, variant), values in variants.items():
         analyzer = SeriesAnalyzer(params)
         analyzer.append(values[: shape.history])
-        states[(metric, variant)] = (values, analyzer.to_bytes())
+        states[(metric, variant)] = (values, analyzer.to_bytes(with_values=False))
     with psycopg.connect(url) as connection, connection.cursor() as cursor:
         series_id = 0
         with cursor.copy(

@@ -58,7 +58,7 @@ def series_and_ops(draw):
         size = min(size, n - done)
         where = draw(st.sampled_from(["append", "append", "insert"]))
         pos = draw(st.integers(0, done)) if where == "insert" else done
-        roundtrip = draw(st.sampled_from([None, None, None, "bytes", "json"]))
+        roundtrip = draw(st.sampled_from([None, None, None, "bytes", "compact", "json"]))
         ops.append((pos, done, size, roundtrip))
         done += size
     return x, ops, draw(st.sampled_from(range(len(PARAMS))))
@@ -81,6 +81,8 @@ def test_incremental_equals_full_recomputation(case):
             cur = np.concatenate([cur[:pos], chunk, cur[pos:]])
         if roundtrip == "bytes":
             a = SeriesAnalyzer.from_bytes(a.to_bytes())
+        elif roundtrip == "compact":  # the stream processor's form: values kept elsewhere
+            a = SeriesAnalyzer.from_bytes(a.to_bytes(with_values=False), values=cur.copy())
         elif roundtrip == "json":
             a = SeriesAnalyzer.from_json(a.to_json())
         assert len(a) == len(cur)
@@ -160,6 +162,27 @@ def test_bad_state_and_bad_arguments():
     assert a.append([1.0, 1.0]) == []
     with pytest.raises(ValueError):
         SeriesAnalyzer.from_bytes(a.to_bytes()[:-3])
+
+
+def test_compact_state_needs_the_values_it_was_saved_with():
+    a = SeriesAnalyzer()
+    values = np.concatenate([np.full(60, 100.0), np.full(60, 120.0)])
+    a.append(values)
+    compact = a.to_bytes(with_values=False)
+    assert len(compact) < len(a.to_bytes()) - 8 * len(values) + 100
+    b = SeriesAnalyzer.from_bytes(compact, values=values)
+    assert same(b.change_points_, a.change_points_)
+    np.testing.assert_array_equal(b.values_, values)
+    with pytest.raises(ValueError, match="saved without its values"):
+        SeriesAnalyzer.from_bytes(compact)
+    with pytest.raises(ValueError, match="not the 120 values"):
+        SeriesAnalyzer.from_bytes(compact, values=values[:-1])
+    changed = values.copy()
+    changed[7] += 0.5
+    with pytest.raises(ValueError, match="not the 120 values"):
+        SeriesAnalyzer.from_bytes(compact, values=changed)
+    with pytest.raises(ValueError, match="carries its values"):
+        SeriesAnalyzer.from_bytes(a.to_bytes(), values=values)
 
 
 def test_insert_rejoins_the_old_windows(monkeypatch):

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -82,6 +83,22 @@ def test_points_ordered_by_timestamp_then_arrival_and_idempotent(store: StateSto
         assert series.length == 6
         assert [p.run_id for p in tx.points(series.series_id, 2, 4)] == ["late", "r2"]
         assert [p.run_id for p in tx.points(series.series_id, 4)] == ["tie", "r3"]
+
+
+def test_series_values_of_several_series_in_series_order(store: StateStore) -> None:
+    other = SeriesKey.of("db.insert", "mean_ms", {"branch": "main"})
+    empty = SeriesKey.of("db.insert", "never", {"branch": "main"})
+    for run_id, ts, value in [("r2", 20.0, 2.5), ("r1", 10.0, 1.5), ("r3", 30.0, 3.5)]:
+        add(store, KEY, run_id, ts, value)
+        add(store, other, run_id, ts, -value)
+    with store.transaction() as tx:
+        locked = tx.lock_series([KEY, other, empty])
+        ids = [locked[key].series_id for key in (KEY, other, empty)]
+        values = tx.series_values(ids)
+    assert set(values) == set(ids[:2])
+    np.testing.assert_array_equal(values[ids[0]], [1.5, 2.5, 3.5])
+    np.testing.assert_array_equal(values[ids[1]], [-1.5, -2.5, -3.5])
+    assert values[ids[0]].dtype == np.float64
 
 
 @settings(max_examples=40, deadline=None)

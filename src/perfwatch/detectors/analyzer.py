@@ -4,6 +4,8 @@
     a.append([101.0, 99.5, ...])        # -> all current change points
     a.insert(17, [100.2])               # late data placed mid-series
     blob = a.to_bytes(); a = SeriesAnalyzer.from_bytes(blob)
+    state = a.to_bytes(with_values=False)       # compact: the caller keeps the values
+    a = SeriesAnalyzer.from_bytes(state, values=stored_values)
 
 Invariant: after any sequence of appends and inserts, ``change_points_`` equals
 ``detect_change_points(values_)`` exactly.  The split step's windows are a
@@ -18,6 +20,7 @@ chain (compiled, cheap).
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -190,13 +193,21 @@ class SeriesAnalyzer:
         a._cps = [ChangePoint.from_dict(c) for c in d["change_points"]]
         return a
 
-    def to_bytes(self) -> bytes:
-        """Compact binary state: a JSON header and the raw arrays."""
+    def to_bytes(self, *, with_values: bool = True) -> bytes:
+        """Compact binary state: a JSON header and the raw arrays.
+
+        ``with_values=False`` leaves the series' values out (only their count and
+        CRC-32 are kept) for callers that store them anyway, such as the stream
+        processor's points table: the state then stays a few hundred bytes
+        whatever the series' length, and ``from_bytes`` needs the values back.
+        """
+        raw = self._raw.astype("<f8").tobytes()
         header = orjson.dumps(
             {
                 "format": _FORMAT,
                 "params": _params_json(self.params),
                 "n": len(self),
+                "values": "included" if with_values else zlib.crc32(raw),
                 "windows": len(self._chain),
                 "cps": int(self._chain.cps.shape[0]),
                 "change_points": [c.to_dict() for c in self._cps],
@@ -206,7 +217,7 @@ class SeriesAnalyzer:
             _MAGIC,
             struct.pack("<I", len(header)),
             header,
-            self._raw.astype("<f8").tobytes(),
+            raw if with_values else b"",
             self._chain.starts.astype("<i8").tobytes(),
             self._chain.offsets.astype("<i8").tobytes(),
             self._chain.cps.astype("<i8").tobytes(),
@@ -214,7 +225,9 @@ class SeriesAnalyzer:
         return b"".join(parts)
 
     @classmethod
-    def from_bytes(cls, b: bytes) -> SeriesAnalyzer:
+    def from_bytes(cls, b: bytes, values: ArrayLike | None = None) -> SeriesAnalyzer:
+        """Restore from ``to_bytes``; ``values`` are required for (and only for) a
+        state saved ``with_values=False``, and must be the values it was saved with."""
         mv = memoryview(b)
         if bytes(mv[: len(_MAGIC)]) != _MAGIC:
             raise ValueError("not a perfwatch SeriesAnalyzer state (bad magic)")
@@ -235,7 +248,20 @@ class SeriesAnalyzer:
             o += size
             return arr
 
-        raw = take(h["n"], "<f8")
+        saved = h.get("values", "included")  # states written before the flag had them
+        if saved == "included":
+            if values is not None:
+                raise ValueError("this state carries its values; do not pass values")
+            raw = take(h["n"], "<f8")
+        else:
+            if values is None:
+                raise ValueError("this state was saved without its values; pass values")
+            raw = as_raw_values(values) if len(values) else np.zeros(0)
+            if raw.shape[0] != h["n"] or zlib.crc32(raw.astype("<f8").tobytes()) != saved:
+                raise ValueError(
+                    f"the values given ({raw.shape[0]}) are not the {h['n']} values "
+                    "this state was saved with"
+                )
         starts = take(h["windows"], "<i8")
         offsets = take(h["windows"] + 1, "<i8")
         cps = take(h["cps"], "<i8")

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+import numpy as np
 import orjson
 
 from perfwatch.store.base import (
@@ -129,8 +130,13 @@ class SqlTransaction(StoreTransaction):
         self._store = store
         self._cursor = cursor
 
-    def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        self._cursor.execute(self._store.dialect(sql), params)
+    def _execute(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> Any:
+        """Run a statement; `binary` asks for results in the driver's binary format
+        where it has one (large numeric arrays decode much faster)."""
+        if binary and self._store.binary_results:
+            self._cursor.execute(self._store.dialect(sql), params, binary=True)
+        else:
+            self._cursor.execute(self._store.dialect(sql), params)
         return self._cursor
 
     def lock_series(self, keys: Sequence[SeriesKey]) -> dict[SeriesKey, SeriesState]:
@@ -225,6 +231,33 @@ class SqlTransaction(StoreTransaction):
         ).fetchall()
         return [_point_from_row(row) for row in rows]
 
+    def series_values(self, series_ids: Sequence[int]) -> dict[int, np.ndarray]:
+        if not series_ids:
+            return {}
+        marks = ", ".join("?" for _ in series_ids)
+        aggregate = self._store.ordered_values_aggregate
+        if aggregate is not None:  # one row per series
+            rows = self._execute(
+                f"SELECT series_id, {aggregate} FROM points WHERE series_id IN ({marks}) "
+                "GROUP BY series_id",
+                list(series_ids),
+                binary=True,
+            ).fetchall()
+            return {series_id: np.array(values, dtype=np.float64) for series_id, values in rows}
+        rows = self._execute(
+            f"SELECT series_id, value FROM points WHERE series_id IN ({marks}) "
+            "ORDER BY series_id, ts, arrival",
+            list(series_ids),
+        ).fetchall()
+        if not rows:
+            return {}
+        ids, values = (np.array(column) for column in zip(*rows, strict=True))
+        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        return {
+            int(ids[start]): values[start:stop].astype(np.float64)
+            for start, stop in zip(starts, [*starts[1:], len(ids)], strict=True)
+        }
+
     def analyzer_states(self, series_ids: Sequence[int]) -> dict[int, bytes]:
         if not series_ids:
             return {}
@@ -315,6 +348,9 @@ class SqlStore(StateStore):
     # schema version -> statements only this backend runs after that version's own
     dialect_migrations: ClassVar[dict[int, tuple[str, ...]]] = {}
     lock_clause = ""  # appended to the series SELECT to lock rows
+    # An aggregate of a series' values in series order (None: rows are grouped here).
+    ordered_values_aggregate: ClassVar[str | None] = None
+    binary_results: ClassVar[bool] = False  # the driver's execute() takes binary=True
     begin_sql = "BEGIN"
 
     def __init__(self, url: str) -> None:

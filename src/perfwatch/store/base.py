@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 
 # Blob namespaces, keyed by outbox owner: the id of its last published message,
@@ -137,6 +138,10 @@ class StoreTransaction(ABC):
     @abstractmethod
     def points(self, series_id: int, start: int = 0, stop: int | None = None) -> list[Point]:
         """Points at positions [start, stop) in series order."""
+
+    @abstractmethod
+    def series_values(self, series_ids: Sequence[int]) -> dict[int, np.ndarray]:
+        """Each series' values in series order (a series without points is absent)."""
 
     @abstractmethod
     def analyzer_states(self, series_ids: Sequence[int]) -> dict[int, bytes]:

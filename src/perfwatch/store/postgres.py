@@ -31,6 +31,8 @@ class PostgresStore(SqlStore):
         "text": "TEXT",
     }
     lock_clause = " FOR UPDATE"
+    ordered_values_aggregate = "array_agg(value ORDER BY ts, arrival)"
+    binary_results = True
     # Analyzer states are float arrays: compressing them costs CPU and saves nothing.
     dialect_migrations: ClassVar[dict[int, tuple[str, ...]]] = {
         1: ("ALTER TABLE series ALTER COLUMN analyzer_state SET STORAGE EXTERNAL",)

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from perfwatch.config import Config
 from perfwatch.detectors.analyzer import SeriesAnalyzer
 from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams, classify_direction
@@ -106,7 +108,9 @@ class ChangePointHandler:
         pairs = list(zip(added, analyzers, strict=True))
         for change, analyzer in pairs:
             verdicts.extend(self._beliefs(record, change, analyzer, tx, emitted_at))
-        tx.save_series([(change.series, analyzer.to_bytes()) for change, analyzer in pairs])
+        tx.save_series(
+            [(change.series, analyzer.to_bytes(with_values=False)) for change, analyzer in pairs]
+        )
         for change, analyzer in pairs:
             self._cache_after_commit(tx, change.series, analyzer)
         return verdicts
@@ -136,6 +140,14 @@ class ChangePointHandler:
             and not _fresh(cached[a.series.series_id], a.series)
         ]
         states = tx.analyzer_states(to_load)
+        # The values of every series analysed from its stored points: a state
+        # is saved without them (the points table has them).
+        to_read = [
+            a.series.series_id
+            for a in added
+            if a.series.series_id in states or a.series.analyzer_params != current[a.metric][1]
+        ]
+        stored_values = tx.series_values(to_read)
         analyzers = []
         for a in added:
             params, params_dict = current[a.metric]
@@ -145,12 +157,16 @@ class ChangePointHandler:
                 # A new series, or its parameters changed in the configuration:
                 # analyse its whole history (new point included) once.
                 analyzer = SeriesAnalyzer(params)
-                analyzer.append([p.value for p in tx.points(series.series_id)])
+                analyzer.append(stored_values[series.series_id])
             else:
                 if entry is not None and _fresh(entry, series):
                     analyzer = entry[1]
                 elif series.series_id in states:
-                    analyzer = SeriesAnalyzer.from_bytes(states[series.series_id])
+                    # The points table already holds the new value: restore the
+                    # state saved before it, then place the value as usual.
+                    values = stored_values[series.series_id]
+                    before = np.delete(values, a.position)
+                    analyzer = SeriesAnalyzer.from_bytes(states[series.series_id], before)
                 else:
                     raise RuntimeError(f"series {series.key.canonical} has parameters, no state")
                 value = record.metrics[a.metric].value

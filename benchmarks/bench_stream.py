@@ -223,27 +223,36 @@ class PhaseResult:
 
 class Processors:
     """`perfwatch serve` child processes sharing one subscription, kept across phases
-    (their analyzer caches warm up as a long-running processor's would)."""
+    (their analyzer caches warm up as a long-running processor's would). Every group
+    joins the same subscription, as restarted processors do: a new one would start
+    from the topic's first record and replay the earlier phases."""
 
     def __init__(
-        self, count: int, broker: BrokerHandle, store_url: str, topics: dict, workdir: Path
+        self,
+        count: int,
+        broker: BrokerHandle,
+        store_url: str,
+        topics: dict,
+        workdir: Path,
+        subscription: str,
     ) -> None:
         self.count = count
         self.broker = broker
         self.topics = topics
-        self.subscription = f"bench-{uuid.uuid4().hex[:8]}"
+        self.subscription = subscription
         config = workdir / "empty.toml"
         config.write_text("")
         self.processes = []
         for index in range(count):
-            with (workdir / f"{self.subscription}-{index}.log").open("wb") as log:
+            name = f"{subscription}-{count}x{index}"
+            with (workdir / f"{name}.log").open("wb") as log:
                 self.processes.append(
                     subprocess.Popen(
                         [sys.executable, "-c", "from perfwatch.cli.main import main; main()",
                          "serve", "--config", str(config), "--pulsar-url", broker.service_url,
                          *(["--admin-url", broker.admin_url] if broker.admin_url else []),
                          "--store", store_url, "--subscription", self.subscription,
-                         "--name", f"{self.subscription}-{index}",
+                         "--name", name,
                          "--records-topic", topics["records"],
                          "--verdicts-topic", topics["verdicts"],
                          "--dead-letter-topic", topics["dead_letter"], "--log-level", "warning"],
@@ -412,8 +421,11 @@ def main() -> None:
             }
             topics["dead_letter"] = topics.pop("dead-letter")
             results = []
+            subscription = f"bench-{uuid.uuid4().hex[:8]}"
             for consumers, plan in PLAN:
-                processors = Processors(consumers, broker, store_url, topics, Path(workdir))
+                processors = Processors(
+                    consumers, broker, store_url, topics, Path(workdir), subscription
+                )
                 try:
                     for name, phase, rate in plan:
                         per_s = HALF_LOAD / shape.metrics if rate == "half" else None

@@ -339,6 +339,7 @@ MARGIN = 0.05  # calibrated threshold = largest good-run score + this (the detec
 FIXED_THRESHOLD = 0.30  # the seed's example threshold
 ALPHA = 0.05  # per-counter tests: family-wise level, Bonferroni-corrected
 BLOCK = 10  # samples per block, as the detector's default
+TRIM = 0.2  # share of the worst blocks left out of an error, as the detector's default
 
 
 def clustered(
@@ -374,8 +375,9 @@ def fixed_counter_model(
 ) -> Callable[[Sequence[CounterSamples], CounterSamples], float]:
     """The traditional model-based approach: one OLS model of a chosen counter on all
     the other counters, with the clustered check's data preparation (steady state,
-    blocks, error floor) so only the modelling differs. Exact identities of the chosen
-    counter (its parts, its copies) are left out, or it would be predicted from itself."""
+    blocks, error floor, trimmed error) so only the modelling differs. Exact identities
+    of the chosen counter (its parts, its copies) are left out, or it would be predicted
+    from itself."""
 
     def score(baseline: Sequence[CounterSamples], target: CounterSamples) -> float:
         names = _measuring([*baseline, target])
@@ -396,7 +398,7 @@ def fixed_counter_model(
         fitted = sm.OLS(base[:, protected], sm.add_constant(base[:, columns])).fit()
         predicted = fitted.predict(sm.add_constant(new[:, columns], has_constant="add"))
         floor = 0.1 * float(np.mean(np.abs(base[:, protected])))
-        return percentage_error(new[:, protected], predicted, floor)
+        return percentage_error(new[:, protected], predicted, floor, TRIM)
 
     return score
 

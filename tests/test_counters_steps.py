@@ -241,3 +241,15 @@ def test_percentage_error_by_hand() -> None:
     # no floor: the zero sample is left out instead of dividing by it
     assert percentage_error(actual, predicted, 0.0) == pytest.approx((0.1 + 0.2) / 2)
     assert math.isnan(percentage_error(np.array([0.0]), np.array([1.0]), 0.0))
+
+
+def test_trimmed_percentage_error_leaves_out_the_worst_share() -> None:
+    actual = np.full(10, 100.0)
+    predicted = np.array([99.0, 98.0, 97.0, 96.0, 95.0, 94.0, 93.0, 92.0, 0.0, 500.0])
+    # 20% of 10 errors: the two worst (400% and 100%) go, the mean of 1%..8% stays
+    assert percentage_error(actual, predicted, 10.0, 0.2) == pytest.approx(0.045)
+    # fewer errors than one trimmed share: nothing is left out
+    assert percentage_error(actual[:4], predicted[:4], 10.0, 0.2) == pytest.approx(0.025)
+    assert percentage_error(actual, predicted, 10.0, 0.0) == pytest.approx(
+        percentage_error(actual, predicted, 10.0)
+    )

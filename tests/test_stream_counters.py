@@ -30,6 +30,7 @@ from _processor_support import (
 )
 from perfwatch.config import Config, ConfigError, load_config
 from perfwatch.dashboard import figures, queries
+from perfwatch.detectors.counters import CounterRegressionCheck
 from perfwatch.records import (
     RECORD_SCHEMA,
     Record,
@@ -196,6 +197,26 @@ def test_a_regression_is_published_with_its_evidence_and_kept_out_of_the_baselin
     assert baseline_runs(store) == ["run-0", "run-1", "run-2", "run-4"]
 
 
+def test_a_calibrated_threshold_comes_from_the_baseline_runs(store: StateStore) -> None:
+    handler = CounterCheckHandler(config_with(calibrate=True))
+    for run in range(3):
+        process(store, [handler], record(run))
+    (verdict,), _ = process(store, [handler], record(3, injection="B"))
+    block = verdict.counter_check
+    assert block is not None and block["verdict"] == "regression"
+    calibration = block["calibration"]
+    # each baseline run checked against the other two, as calibrate() does on files
+    runs = [GENERATOR.simulate_run(1000 + run, label=f"run-{run}") for run in range(3)]
+    expected = CounterRegressionCheck().calibrate(runs).calibration_
+    assert expected is not None
+    assert calibration["runs"] == ["run-0", "run-1", "run-2"]
+    assert calibration["largest_excess_errors"] == pytest.approx(expected["largest_excess_errors"])
+    assert block["threshold_source"] == "calibrated"
+    assert block["threshold"] == pytest.approx(calibration["threshold"])
+    assert block["threshold"] != 0.3 and block["max_excess_error"] > block["threshold"]
+    assert verdict.parameters["calibrate"] is True
+
+
 def test_passes_are_published_only_when_configured(store: StateStore) -> None:
     handler = CounterCheckHandler(config_with(publish_passed=True, min_baseline_runs=2))
     assert process(store, [handler], record(0)) == ([], 0)
@@ -285,9 +306,12 @@ def test_records_without_counters_leave_the_check_alone(store: StateStore) -> No
 
 def test_counter_settings_come_from_the_file_and_are_checked(tmp_path: Path) -> None:
     path = tmp_path / "perfwatch.toml"
-    path.write_text("[counters]\nbaseline_runs = 8\nthreshold = 0.2\npublish_passed = true\n")
+    path.write_text(
+        "[counters]\nbaseline_runs = 8\nthreshold = 0.2\npublish_passed = true\ncalibrate = true\n"
+    )
     settings = load_config(path, env={}).counters
     assert (settings.baseline_runs, settings.threshold, settings.publish_passed) == (8, 0.2, True)
+    assert settings.calibrate is True and Config().counters.calibrate is False
     path.write_text("[counters]\nbaseline_runs = 4\nmin_baseline_runs = 5\n")
     with pytest.raises(ConfigError, match=r"counters\.min_baseline_runs"):
         load_config(path, env={})

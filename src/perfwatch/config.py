@@ -130,6 +130,8 @@ class CountersConfig:
     # Fewer stored runs than this: the record joins the baseline unjudged.
     min_baseline_runs: int = 3
     threshold: float = 0.30
+    # Replace the threshold with one calibrated on the baseline runs (leave-one-out).
+    calibrate: bool = False
     publish_passed: bool = False
     block: int = 10
 

@@ -9,7 +9,8 @@ A run's performance counters are compared with a baseline of good runs of the sa
    differ most (two-sample Kolmogorov-Smirnov) and fit an OLS model of it on the
    cluster's other counters using the baseline,
 5. predict the target with each model; a cluster whose mean absolute percentage error
-   exceeds the threshold flags a regression.
+   (trimmed of its worst blocks: ``error_trim``) exceeds the threshold flags a
+   regression.
 
 Real counter data breaks a literal reading of those steps (docs/counters.md): warm-up and
 cool-down dominate the variance, identity counters (a PID) and counters whose level
@@ -548,13 +549,16 @@ def block_means(values: np.ndarray, window: int) -> np.ndarray:
         return np.where(counts > 0, totals / counts, np.nan)
 
 
-def percentage_error(actual: np.ndarray, predicted: np.ndarray, floor: float) -> float:
+def percentage_error(
+    actual: np.ndarray, predicted: np.ndarray, floor: float, trim: float = 0.0
+) -> float:
     """Mean absolute percentage error, each denominator max(|actual|, floor).
 
     NaN in ``actual`` marks a value that was not observed: left out. With ``floor`` > 0 a
     value near zero is measured against the floor instead of dividing by (almost)
-    nothing. With ``floor`` = 0 values equal to zero are left out. NaN when nothing is
-    left.
+    nothing. With ``floor`` = 0 values equal to zero are left out. ``trim``: the largest
+    floor(trim x count) percentages are left out before averaging (a trimmed mean of the
+    worst side only). NaN when nothing is left.
     """
     scored = ~np.isnan(actual)
     actual, predicted = actual[scored], predicted[scored]
@@ -564,7 +568,11 @@ def percentage_error(actual: np.ndarray, predicted: np.ndarray, floor: float) ->
         actual, predicted, magnitude = actual[scored], predicted[scored], magnitude[scored]
     if actual.size == 0:
         return math.nan
-    return float(np.mean(np.abs(actual - predicted) / np.maximum(magnitude, floor)))
+    errors = np.abs(actual - predicted) / np.maximum(magnitude, floor)
+    kept = errors.size - int(trim * errors.size)
+    if kept < errors.size:
+        errors = np.partition(errors, kept - 1)[:kept]
+    return float(np.mean(errors))
 
 
 # --- the detector ------------------------------------------------------------------------
@@ -674,6 +682,13 @@ class CounterRegressionCheck:
         (zero most of the time: pages/sec, queue lengths) is never a dependent, as a
         percentage of it means nothing; a cluster of such counters only is reported
         unjudged. 0: values equal to zero are left out instead (the seed's plain MAPE).
+    error_trim: each prediction error (on the target and on held-out good runs alike)
+        averages the blocks' percentage errors without the worst ``error_trim`` share of
+        them (20%, the customary trimmed mean, trimmed on the large side only). A
+        disturbance that lasts a few blocks (a background job on the test machine, a
+        warm-up remnant) breaks every model for those blocks and, in a plain mean,
+        outweighs the whole rest of the run; a regression in the system under test acts
+        on most of the run. 0: the plain mean.
     block: models, KS tests and errors work on the means of consecutive blocks of this
         many steady-state samples, as if the counters had been sampled that much less
         often (the reduction still judges the samples). Bursty counters (page faults at
@@ -713,6 +728,7 @@ class CounterRegressionCheck:
         decouple_strongest: bool = True,
         singletons: SingletonRule = "merge",
         error_floor: float = 0.1,
+        error_trim: float = 0.2,
         block: int = 10,
         subtract_good_run_error: bool = True,
         calibration_margin: float = 0.05,
@@ -734,6 +750,7 @@ class CounterRegressionCheck:
         self.decouple_strongest = decouple_strongest
         self.singletons = singletons
         self.error_floor = error_floor
+        self.error_trim = error_trim
         self.block = block
         self.subtract_good_run_error = subtract_good_run_error
         self.calibration_margin = calibration_margin
@@ -754,6 +771,7 @@ class CounterRegressionCheck:
             "decouple_strongest": False,
             "singletons": "intercept",
             "error_floor": 0.0,
+            "error_trim": 0.0,
             "block": 1,
             "subtract_good_run_error": False,
         }
@@ -777,6 +795,7 @@ class CounterRegressionCheck:
             "decouple_strongest": self.decouple_strongest,
             "singletons": self.singletons,
             "error_floor": self.error_floor,
+            "error_trim": self.error_trim,
             "block": self.block,
             "subtract_good_run_error": self.subtract_good_run_error,
             "calibration_margin": self.calibration_margin,
@@ -1196,14 +1215,19 @@ class CounterRegressionCheck:
         for c, name in enumerate(candidates):
             floor = self.error_floor * float(np.mean(np.abs(self._baseline[name])))
             for variant in (0, 1) if strongest[c] is not None else (0,):
-                error = percentage_error(target_observed[name], on_target[:, c, variant], floor)
+                error = percentage_error(
+                    target_observed[name], on_target[:, c, variant], floor, self.error_trim
+                )
                 usual = _usual_error(
                     [
                         e
                         for run, predicted in held_out
                         if math.isfinite(
                             e := percentage_error(
-                                self._baseline_observed[name][run], predicted[:, c, variant], floor
+                                self._baseline_observed[name][run],
+                                predicted[:, c, variant],
+                                floor,
+                                self.error_trim,
                             )
                         )
                     ]
@@ -1260,6 +1284,8 @@ class CounterRegressionCheck:
             raise ValueError("threshold must be positive")
         if self.error_floor < 0:
             raise ValueError("error_floor must not be negative")
+        if not 0.0 <= self.error_trim < 1.0:
+            raise ValueError("error_trim must be from 0 (inclusive) to 1 (exclusive)")
         if self.block < 1:
             raise ValueError("block must be at least 1 sample")
         if self.calibration_margin < 0:

@@ -8,7 +8,9 @@ the same test and identifying attributes that raised no regression verdict.
   the baseline without a verdict: a check needs a few good runs to know how
   well its models usually predict.
 - Otherwise the check is fitted on the baseline and applied to the record's
-  samples. A regression yields a `counter_regression.detected` verdict and the
+  samples, with the fixed `counters.threshold` or, when `counters.calibrate` is
+  set, a threshold calibrated on the baseline runs (each checked against the
+  others). A regression yields a `counter_regression.detected` verdict and the
   run stays out of the baseline. A pass adds the run to the baseline (the
   oldest run beyond `baseline_runs` leaves it) and yields a
   `counter_check.passed` verdict only when `counters.publish_passed` is set.
@@ -170,11 +172,15 @@ class CounterCheckHandler:
         self._keep = settings.baseline_runs
         self._min_runs = settings.min_baseline_runs
         self._publish_passed = settings.publish_passed
+        self._calibrate = settings.calibrate
         self._check_params: dict[str, Any] = {
             "threshold": settings.threshold,
             "block": settings.block,
         }
-        self._parameters = CounterRegressionCheck(**self._check_params).get_params()
+        self._parameters = {
+            **CounterRegressionCheck(**self._check_params).get_params(),
+            "calibrate": self._calibrate,
+        }
 
     def handle(
         self,
@@ -233,8 +239,11 @@ class CounterCheckHandler:
     ) -> Verdict | None:
         """The check's verdict, or None when the samples cannot be checked (logged)."""
         check = CounterRegressionCheck(**self._check_params)
+        runs = [r.samples() for r in baseline.runs]
         try:
-            result = check.fit([r.samples() for r in baseline.runs]).check(run.samples())
+            if self._calibrate:
+                check.calibrate(runs)
+            result = check.fit(runs).check(run.samples())
         except ValueError as err:
             # Counters that share nothing with the baseline are no reason to lose the
             # record's other checks by failing its transaction.
@@ -245,6 +254,13 @@ class CounterCheckHandler:
             return None
         kind = REGRESSION_KIND if result.regression else PASSED_KIND
         baseline_run_ids = [r.run_id for r in baseline.runs]
+        evidence = {
+            "verdict": "regression" if result.regression else "pass",
+            **result.to_dict(),
+            "baseline_run_ids": baseline_run_ids,
+        }
+        if check.calibration_ is not None:
+            evidence["calibration"] = check.calibration_
         return Verdict(
             verdict_id=counter_verdict_id(
                 kind, key, record.run_id, baseline_run_ids, self._parameters
@@ -254,9 +270,5 @@ class CounterCheckHandler:
             series=SeriesRef(record.test, None, attributes),
             record_run_id=record.run_id,
             parameters=dict(self._parameters),
-            counter_check={
-                "verdict": "regression" if result.regression else "pass",
-                **result.to_dict(),
-                "baseline_run_ids": baseline_run_ids,
-            },
+            counter_check=evidence,
         )

@@ -1,6 +1,7 @@
-"""A quick run of the run-or-skip evaluation, and `perfwatch recommend`/`profile` on its files.
+"""The run-or-skip evaluation's verdicts, and `perfwatch recommend`/`profile` on its files.
 
-The evaluation is the one in benchmarks/eval_run_or_skip.py, smaller: the
+The evaluation is the one in benchmarks/eval_run_or_skip.py with the same
+300 inputs and seeds, without profiling every input on the new code: the
 uploader in examples/config_service, profiled for real, with its two real
 code updates judged from a sample.
 """
@@ -28,7 +29,9 @@ from perfwatch.formats.input_profile import (
 from perfwatch.records import InputProfile
 
 REPO = Path(__file__).resolve().parents[1]
-INPUTS = 120
+# The evaluation's suite: a smaller one draws another sample, whose votes can sit at the
+# limit (docs/run-or-skip.md §5).
+INPUTS = 300
 
 
 @pytest.fixture(scope="module")
@@ -45,24 +48,22 @@ def quick_run(evaluation: ModuleType) -> dict:
     from config_service import payloads, versions
 
     inputs = payloads.generate(INPUTS, seed=1)
-    baseline = evaluation.profile_suite(versions.BASELINE, inputs, repeats=3)
+    baseline = evaluation.profile_suite(versions.BASELINE, inputs, repeats=7)
     clustering = InputClustering().fit(baseline.profiles)
     judged = {
-        update: evaluation.judge_update(update, clustering, inputs, repeats=5)
+        update: evaluation.judge_update(update, clustering, inputs, repeats=15)
         for update in versions.UPDATES
     }
     return {"baseline": baseline, "clustering": clustering, "judged": judged}
 
 
-def test_bottleneck_draws_more_run_votes_and_refactor_skips(quick_run: dict) -> None:
-    # Real timings: the refactor's sample votes skip (0-1 run votes of 6 seen),
-    # the bottleneck's draws more run votes (2-5 of 6 seen). Whether the
-    # bottleneck crosses the 50 % line is not reliable on a sample this small;
-    # benchmarks/eval_run_or_skip.py judges the full suite.
+def test_bottleneck_runs_and_refactor_skips(quick_run: dict) -> None:
+    # Real timings on a shared machine: the baseline profiled in interleaved
+    # rounds and the sample with many alternating passes (docs/run-or-skip.md §3).
     bottleneck = quick_run["judged"]["bottleneck"].recommendation
     refactor = quick_run["judged"]["refactor"].recommendation
+    assert bottleneck.decision == "run", bottleneck.seed_table()
     assert refactor.decision == "skip", refactor.seed_table()
-    assert bottleneck.run_share > refactor.run_share, bottleneck.seed_table()
     for recommendation in (bottleneck, refactor):
         sampled = sum(len(ids) for ids in quick_run["judged"]["refactor"].sample.values())
         assert len(recommendation.votes) == sampled

@@ -14,6 +14,7 @@ from perfwatch.profiler.core import (
     TimingPass,
     arguments_size,
     input_size,
+    profile_inputs,
     profile_versions,
 )
 
@@ -76,6 +77,33 @@ def test_profile_versions_alternates_the_versions_pass_by_pass() -> None:
     assert calls == ["old", "new"] * 5
     assert set(profiles) == {"old", "new"}
     assert profiles["old"].input_id == profiles["new"].input_id == "x"
+
+
+def test_profile_inputs_runs_every_input_once_per_round() -> None:
+    calls: list[str] = []
+
+    def call(name: str, n: int):
+        return lambda: (calls.append(name), work(n))
+
+    profiles = profile_inputs(
+        {"small": call("small", 10), "large": call("large", 1000), "mid": call("mid", 100)},
+        sizes={"small": 10, "large": 1000, "mid": 100},
+        repeats=3,
+        warmup=1,
+    )
+    # warm-up, three timing, memory and counting rounds, every input in each
+    assert calls == ["small", "large", "mid"] * 6
+    assert list(profiles) == ["small", "large", "mid"]
+    assert [profiles[name].size for name in profiles] == [10.0, 1000.0, 100.0]
+    assert [profiles[name].input_id for name in profiles] == ["small", "large", "mid"]
+    # each input's counts come from its own counting pass
+    loops = [profiles[name].loop_iterations for name in ("small", "mid", "large")]
+    assert loops[0] < loops[1] < loops[2]
+
+
+def test_profile_inputs_needs_a_size_for_every_input() -> None:
+    with pytest.raises(ValueError, match="no size given for input 'b'"):
+        profile_inputs({"a": lambda: None, "b": lambda: None}, sizes={"a": 1})
 
 
 def test_with_blocks_decorator_and_call_give_the_same_counts() -> None:

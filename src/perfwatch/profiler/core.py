@@ -17,7 +17,10 @@ Three ways to use it, and the pytest plugin (``pytest --perfwatch-profile=FILE``
     def check(payload): ...
 
 Each pass class (``TimingPass``, ``MemoryPass``, ``CountingPass``) is also a
-context manager of its own.
+context manager of its own. ``profile_versions`` alternates the passes of
+several versions of the code on one input; ``profile_inputs`` runs a whole
+suite in interleaved rounds, so that the times of different inputs are taken
+under the same load.
 """
 
 from __future__ import annotations
@@ -204,23 +207,59 @@ def profile_versions(
     Each round runs every version once in turn, so a burst of load on a shared
     machine hits the versions alike instead of skewing one of them.
     """
-    profiles = {
-        name: ProfileRun(input_id, size, repeats=repeats, warmup=warmup) for name in versions
+    runs = {
+        name: (ProfileRun(input_id, size, repeats=repeats, warmup=warmup), call)
+        for name, call in versions.items()
     }
-    runs = {name: iter(run) for name, run in profiles.items()}
-    pending = set(versions)
+    return _run_in_rounds(runs)
+
+
+def profile_inputs(
+    calls: Mapping[str, Callable[[], object]],
+    *,
+    sizes: Mapping[str, float],
+    repeats: int = 5,
+    warmup: int = 1,
+) -> dict[str, InputProfile]:
+    """Profile many inputs in interleaved rounds: each round runs every input's next pass.
+
+    Profiled one after the other, an input's timing passes all fall into the
+    same second of machine load, so on a shared machine the minimum of one
+    input can be twice that of its neighbour with the same work. In rounds,
+    every input's passes are spread over the whole run and every minimum is
+    taken under the same mix of load: the times of different inputs become
+    comparable, which the time thresholds (built from other inputs' times)
+    rely on. (Randomised multiple interleaved trials, Abedi and Brecht 2017,
+    without the shuffling: the inputs are many and the load is not periodic.)
+    """
+    missing = [input_id for input_id in calls if input_id not in sizes]
+    if missing:
+        raise ValueError(f"no size given for input {missing[0]!r}")
+    runs = {
+        input_id: (ProfileRun(input_id, sizes[input_id], repeats=repeats, warmup=warmup), call)
+        for input_id, call in calls.items()
+    }
+    return _run_in_rounds(runs)
+
+
+def _run_in_rounds(
+    runs: Mapping[str, tuple[ProfileRun, Callable[[], object]]],
+) -> dict[str, InputProfile]:
+    """Run the next pass of every run in turn until all are done; their profiles by name."""
+    passes = {name: iter(run) for name, (run, _) in runs.items()}
+    pending = set(runs)
     while pending:
-        for name, call in versions.items():
+        for name, (_, call) in runs.items():
             if name not in pending:
                 continue
-            measured_pass = next(runs[name], None)
+            measured_pass = next(passes[name], None)
             if measured_pass is None:
                 pending.discard(name)
                 continue
             with measured_pass:
                 call()
     result = {}
-    for name, run in profiles.items():
+    for name, (run, _) in runs.items():
         assert run.profile is not None
         result[name] = run.profile
     return result

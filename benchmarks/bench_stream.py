@@ -16,8 +16,9 @@ verdict is the end-to-end latency.
 Phases: throughput with 1 consumer, throughput with 2 consumers (records sent
 as fast as possible), then latency at half the bar's load (1 consumer, 1 000
 metric points/s). Printed: records/s and metric points/s (per consumer too),
-p50/p99 publish -> verdict, and each processor's own CPU time per record
-(user + system, from /proc). Bar: >= 2 000 points/s per consumer process, p99
+p50/p99 publish -> verdict, each processor's own CPU time per record
+(user + system, from /proc) and how busy the whole machine was (broker,
+database, processors and this script share its cores). Bar: >= 2 000 points/s per consumer process, p99
 < 250 ms at half that load.
 
 Reference measured in the same run: a processor that re-analysed each series
@@ -206,6 +207,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (Linux /proc/stat)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / hz, sum(ticks) / hz
+
+
 @dataclass
 class PhaseResult:
     name: str
@@ -215,6 +224,7 @@ class PhaseResult:
     elapsed_s: float
     latencies_s: list[float]
     cpu_s_per_record: float
+    machine_busy: float  # share of all cores busy during the phase (any process)
 
     @property
     def points_per_s(self) -> float:
@@ -294,6 +304,7 @@ class Processors:
             run = shape.history + phase
             payloads = [record(shape, test, phase, variants) for test in range(shape.tests)]
             cpu_before = [cpu_seconds(p.pid) for p in self.processes]
+            machine_before = machine_cpu()
             sent_at: dict[str, float] = {}
             latencies: dict[str, float] = {}
             collector = threading.Thread(
@@ -308,6 +319,7 @@ class Processors:
                 producer.send_async(payload, None, partition_key=f"bench{test:04d}")
             producer.flush()
             collector.join()
+            machine_after = machine_cpu()
             cpu = sum(
                 cpu_seconds(p.pid) - before
                 for p, before in zip(self.processes, cpu_before, strict=True)
@@ -328,6 +340,8 @@ class Processors:
             elapsed_s=last_verdict - first_send,
             latencies_s=sorted(latencies.values()),
             cpu_s_per_record=cpu / shape.tests,
+            machine_busy=(machine_after[0] - machine_before[0])
+            / max(machine_after[1] - machine_before[1], 1e-9),
         )
 
 
@@ -446,13 +460,14 @@ def report(results: list[PhaseResult], reference_s: float, shape: Shape) -> None
     print()
     print(
         f"{'phase':<10} {'cons':>4} {'records/s':>10} {'points/s':>10} {'pts/s/cons':>11} "
-        f"{'cpu ms/rec':>10} {'p50 ms':>8} {'p99 ms':>8}"
+        f"{'cpu ms/rec':>10} {'machine':>8} {'p50 ms':>8} {'p99 ms':>8}"
     )
     for r in results:
         print(
             f"{r.name:<10} {r.consumers:>4} {r.records / r.elapsed_s:>10.1f} "
             f"{r.points_per_s:>10.0f} {r.points_per_s / r.consumers:>11.0f} "
-            f"{1000 * r.cpu_s_per_record:>10.2f} {1000 * percentile(r.latencies_s, 50):>8.1f} "
+            f"{1000 * r.cpu_s_per_record:>10.2f} {r.machine_busy:>8.0%} "
+            f"{1000 * percentile(r.latencies_s, 50):>8.1f} "
             f"{1000 * percentile(r.latencies_s, 99):>8.1f}"
         )
     warm = by_name["1 warm"]

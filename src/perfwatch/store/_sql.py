@@ -10,7 +10,7 @@ import threading
 import time
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, ClassVar
 
 import numpy as np
@@ -380,19 +380,25 @@ class SqlStore(StateStore):
     def dialect(self, sql: str) -> str:
         return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
 
+    def _batched(self) -> AbstractContextManager[Any]:
+        """Where the driver can, send statements whose results nobody reads yet
+        together with the next one that is read (one round trip instead of several)."""
+        return nullcontext()
+
     @contextmanager
     def _cursor_in_transaction(self) -> Iterator[Any]:
         with self._lock, self._translate_errors():
             cursor = self._connection.cursor()
-            cursor.execute(self.begin_sql)
             try:
-                yield cursor
+                with self._batched():
+                    cursor.execute(self.begin_sql)
+                    yield cursor
+                    cursor.execute("COMMIT")
             except BaseException:
+                # Outside the batch: after an error a batch discards what follows.
                 if not self._connection_lost():
                     cursor.execute("ROLLBACK")
                 raise
-            else:
-                cursor.execute("COMMIT")
             finally:
                 cursor.close()
 

@@ -8,6 +8,7 @@ rebalance take turns instead of interleaving.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 import psycopg
@@ -49,6 +50,12 @@ class PostgresStore(SqlStore):
         return f"unnest({arrays}) AS v({names})", [
             list(column) for column in zip(*rows, strict=True)
         ]
+
+    def _batched(self) -> AbstractContextManager[Any]:
+        # Pipeline mode: BEGIN travels with the first query, and a statement
+        # whose result is not read (the series update) with the next one that is
+        # read or with COMMIT; an error still surfaces before the commit returns.
+        return self._connection.pipeline()
 
     def _connect(self) -> psycopg.Connection:
         try:

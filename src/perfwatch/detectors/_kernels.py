@@ -47,6 +47,15 @@ MODE_DEFAULT = 1
 # --------------------------------------------------------------------------
 # numpy-identical sums, means and standard deviations
 # --------------------------------------------------------------------------
+@njit(inline="always", **_NJ)
+def _sq_or_value(v, mu, sq):
+    """The summand: the value, or its squared deviation from mu."""
+    if sq:
+        v = v - mu
+        return v * v
+    return v
+
+
 @njit(**_NJ)
 def _pairwise(a, lo, n, mu, sq):
     """numpy's pairwise summation of a[lo:lo+n] (of (a-mu)**2 when sq)."""
@@ -60,30 +69,32 @@ def _pairwise(a, lo, n, mu, sq):
             res += v
         return res
     if n <= _PW_BLOCK:
-        r = np.empty(8)
-        for k in range(8):
-            v = a[lo + k]
-            if sq:
-                v = v - mu
-                v = v * v
-            r[k] = v
+        # numpy's eight accumulators, as locals: an array here would be
+        # allocated on every call of this hot leaf (same additions, same order)
+        r0 = _sq_or_value(a[lo], mu, sq)
+        r1 = _sq_or_value(a[lo + 1], mu, sq)
+        r2 = _sq_or_value(a[lo + 2], mu, sq)
+        r3 = _sq_or_value(a[lo + 3], mu, sq)
+        r4 = _sq_or_value(a[lo + 4], mu, sq)
+        r5 = _sq_or_value(a[lo + 5], mu, sq)
+        r6 = _sq_or_value(a[lo + 6], mu, sq)
+        r7 = _sq_or_value(a[lo + 7], mu, sq)
         i = 8
         lim = n - (n % 8)
         while i < lim:
-            for k in range(8):
-                v = a[lo + i + k]
-                if sq:
-                    v = v - mu
-                    v = v * v
-                r[k] += v
+            j = lo + i
+            r0 += _sq_or_value(a[j], mu, sq)
+            r1 += _sq_or_value(a[j + 1], mu, sq)
+            r2 += _sq_or_value(a[j + 2], mu, sq)
+            r3 += _sq_or_value(a[j + 3], mu, sq)
+            r4 += _sq_or_value(a[j + 4], mu, sq)
+            r5 += _sq_or_value(a[j + 5], mu, sq)
+            r6 += _sq_or_value(a[j + 6], mu, sq)
+            r7 += _sq_or_value(a[j + 7], mu, sq)
             i += 8
-        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
         while i < n:
-            v = a[lo + i]
-            if sq:
-                v = v - mu
-                v = v * v
-            res += v
+            res += _sq_or_value(a[lo + i], mu, sq)
             i += 1
         return res
     n2 = n // 2

@@ -98,6 +98,26 @@ def test_busy_port_is_named_before_starting(unusable_lib: Path, tmp_path: Path) 
             standalone.start()
 
 
+def test_a_flapping_bookie_registration_is_recognised_after_the_offset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("perfwatch.stream.standalone.FLAP_CHECK_S", 0.0)
+    standalone = PulsarStandalone(data_dir=tmp_path)
+    standalone._prepare_run_dir()
+    standalone.log_file.parent.mkdir(parents=True)
+    line = (
+        "2026-11-29T16:49:08,758 INFO  [metadata-store-1-1] o.a.p.m.c.i.ResourceLockImpl - "
+        "Lock on resource /ledgers/available/127.0.0.1:37083 was invalidated. state Valid\n"
+    )
+    earlier_run = line * 500
+    standalone.log_file.write_text(earlier_run + line * 5)
+    offset = len(earlier_run.encode())
+    assert not standalone._bookie_registration_flaps(offset)
+    with standalone.log_file.open("a") as log:
+        log.write(line * 300)
+    assert standalone._bookie_registration_flaps(offset)
+
+
 def test_missing_jars_point_to_the_fetch_command(tmp_path: Path) -> None:
     with pytest.raises(StandaloneError, match="perfwatch dev pulsar --fetch-only"):
         PulsarStandalone(lib_dir=tmp_path).start()

@@ -18,8 +18,8 @@ as fast as possible), then latency at half the bar's load (1 consumer, 1 000
 metric points/s). Printed: records/s and metric points/s (per consumer too),
 p50/p99 publish -> verdict, each processor's own CPU time per record
 (user + system, from /proc) and how busy the whole machine was (broker,
-database, processors and this script share its cores). Bar: >= 2 000 points/s per consumer process, p99
-< 250 ms at half that load.
+database, processors and this script share its cores). Bar: >= 2 000 points/s
+per consumer process, p99 < 250 ms at half that load.
 
 Reference measured in the same run: a processor that re-analysed each series
 from scratch (`detect_change_points` over the 500-run history) for every new

@@ -6,11 +6,12 @@
 #   eval "$(scripts/start-postgres.sh --export)"
 #
 # Environment: PERFWATCH_PG_DIR (data directory, default /tmp/perfwatch-postgres),
-# PERFWATCH_PG_PORT (default 55432).
+# PERFWATCH_PG_PORT (default 25432: below Linux's ephemeral range, 32768-60999,
+# so an outgoing connection's local port can never be holding it).
 set -euo pipefail
 
 data_dir="${PERFWATCH_PG_DIR:-/tmp/perfwatch-postgres}"
-port="${PERFWATCH_PG_PORT:-55432}"
+port="${PERFWATCH_PG_PORT:-25432}"
 database=perfwatch_test
 user=perfwatch
 

@@ -298,14 +298,18 @@ class ChangePointEvidence:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ChangePointEvidence:
-        values = {spec.name: doc.get(spec.name) for spec in fields(cls)}
+        values = {name: doc.get(name) for name in _EVIDENCE_FIELDS}
         values["time"] = parse_rfc3339(doc["time"])
         return cls(**values)
 
     def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
+        # Every field is a scalar: no deep copy (asdict's) needed on this hot path.
+        doc = {name: getattr(self, name) for name in _EVIDENCE_FIELDS}
         doc["time"] = format_rfc3339(self.time)
         return doc
+
+
+_EVIDENCE_FIELDS = tuple(spec.name for spec in fields(ChangePointEvidence))
 
 
 @dataclass(frozen=True, slots=True)

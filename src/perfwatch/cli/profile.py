@@ -172,7 +172,7 @@ def _publish(
     topic: str | None,
     config_path: str | None,
 ) -> None:
-    from perfwatch.cli.publish import _send
+    from perfwatch.cli.publish import send_records
     from perfwatch.config import ConfigError, load_config
     from perfwatch.publishers.identity import Identity, complete_record, environment_identity
     from perfwatch.publishers.publisher import record_label
@@ -192,4 +192,4 @@ def _publish(
     problems = validate_record(record)
     if problems:
         raise click.ClickException(f"the record to publish is invalid: {problems[0]}")
-    _send([(record, record_label(record, "input profiles"))], config)
+    send_records([(record, record_label(record, "input profiles"))], config)

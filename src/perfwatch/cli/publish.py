@@ -187,12 +187,14 @@ def publish(
             stdout.write(dumps(record) + b"\n")
         stdout.flush()
     elif ready:
-        _send(ready, config)
+        send_records(ready, config)
     if rejected_files:
         raise SystemExit(EXIT_INVALID_INPUT)
 
 
-def _send(ready: list[tuple[dict[str, Any], str]], config: Config) -> None:
+def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> None:
+    """Publish validated records and wait for every acknowledgement; the CLI's exit
+    status on failure (shared by `publish` and `profile --publish`)."""
     publisher = Publisher(
         config.broker.url,
         topic=config.topics.records,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from perfwatch.cli.options import output_format_option
 from perfwatch.formats.errors import SourceError, read_source
 from perfwatch.formats.jsonl import read_records, records_to_series
 from perfwatch.formats.otava_csv import read_otava_csv
@@ -92,13 +93,7 @@ class SeriesResult:
 )
 @click.option("--time-column", help="CSV time column (default: time/timestamp/date, else first).")
 @click.option("--sep", help="CSV separator (default: detected from the header; 'tab' for TAB).")
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-)
+@output_format_option()
 def analyze(
     files: tuple[Path, ...],
     metric_lists: tuple[str, ...],

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 import orjson
 
+from perfwatch.cli.options import output_format_option
 from perfwatch.detectors.counters import (
     CounterCheckResult,
     CounterRegressionCheck,
@@ -66,13 +67,7 @@ class _GreedyCommand(click.Command):
     metavar="FILE...",
     help="Good runs to learn the threshold from (leave-one-out; at least two runs).",
 )
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-)
+@output_format_option()
 @click.option(
     "--redundancy-r2",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),

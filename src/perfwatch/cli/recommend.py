@@ -10,6 +10,7 @@ from typing import Any
 import click
 import orjson
 
+from perfwatch.cli.options import output_format_option
 from perfwatch.detectors.inputs import (
     ATTRIBUTES,
     CLUSTER_ATTRIBUTES,
@@ -129,13 +130,7 @@ class Share(click.ParamType):
     show_default=True,
     help="Time attribute the checks use.",
 )
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-)
+@output_format_option()
 @click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),

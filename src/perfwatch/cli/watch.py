@@ -15,6 +15,7 @@ import click
 import orjson
 import pulsar
 
+from perfwatch.cli.options import output_format_option
 from perfwatch.config import Config, ConfigError, load_config
 from perfwatch.publishers.verdict_feed import (
     KINDS,
@@ -163,14 +164,7 @@ def decode_verdict(message: pulsar.Message) -> dict[str, Any] | None:
 
 @click.command("watch")
 @verdict_source_options
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: a coloured line per verdict; json: the verdict documents as they are.",
-)
+@output_format_option("text: a coloured line per verdict; json: the verdict documents as they are.")
 @click.option("--color/--no-color", default=None, help="Colour the lines [default: on a terminal].")
 def watch(source: VerdictSource, output_format: str, color: bool | None) -> None:
     """Print verdicts as they are published: test, metric, change, p-value, commit, direction.

@@ -108,28 +108,35 @@ def test_append_one_at_a_time_equals_full_and_resumes_after_restart():
         assert [c.index for c in a.change_points_][:2] == [300, 500]
 
 
-def test_append_recomputes_only_the_tail_windows(monkeypatch):
+@pytest.fixture
+def windows_computed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many windows each call of the window kernel computes, in call order."""
+    computed: list[int] = []
+    original = K.window_chain
+
+    def counting(*args):
+        k, stop = original(*args)
+        computed.append(k - args[7])  # args[7]: windows kept before the call
+        return k, stop
+
+    monkeypatch.setattr(K, "window_chain", counting)
+    return computed
+
+
+def test_append_recomputes_only_the_tail_windows(windows_computed):
     rng = np.random.default_rng(8)
     x = rng.normal(100, 2, 1000)
     a = SeriesAnalyzer(EDivisiveParams(compat="otava"))
     a.append(x)
-    computed = []
-    orig = K.window_chain
-
-    def spy(*args):
-        k, s = orig(*args)
-        computed.append(k - args[7])
-        return k, s
-
-    monkeypatch.setattr(K, "window_chain", spy)
+    windows_computed.clear()  # count from here on
     a.append([100.0])
-    assert computed and computed[0] <= 3  # windows touching the new point only
-    computed.clear()
+    assert windows_computed and windows_computed[0] <= 3  # windows touching the new point only
+    windows_computed.clear()
     a.insert(500, [101.0])
     # the windows before index 500 are reused; from there on window starts are
     # anchored to absolute positions, so the chain re-joins the old (shifted)
     # windows only where a window start was a change point
-    assert computed and computed[0] <= (1001 - 450) // 25 + 2
+    assert windows_computed and windows_computed[0] <= (1001 - 450) // 25 + 2
     assert same(a.change_points_, detect_change_points(a.values_, a.params))
 
 
@@ -185,21 +192,12 @@ def test_compact_state_needs_the_values_it_was_saved_with():
         SeriesAnalyzer.from_bytes(a.to_bytes(), values=values)
 
 
-def test_insert_rejoins_the_old_windows(monkeypatch):
+def test_insert_rejoins_the_old_windows(windows_computed):
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.normal(100 + 20 * (i % 2), 1, 40) for i in range(25)])
     a = SeriesAnalyzer(EDivisiveParams(compat="otava"))
     a.append(x)
-    computed = []
-    orig = K.window_chain
-
-    def spy(*args):
-        k, s = orig(*args)
-        computed.append(k - args[7])
-        return k, s
-
-    monkeypatch.setattr(K, "window_chain", spy)
+    windows_computed.clear()  # count from here on
     a.insert(100, [100.5])
-    assert computed == [1]  # one window recomputed, then the shifted old chain
-    monkeypatch.setattr(K, "window_chain", orig)
+    assert windows_computed == [1]  # one window recomputed, then the shifted old chain
     assert same(a.change_points_, detect_change_points(a.values_, a.params))

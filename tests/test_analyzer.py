@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from perfwatch.detectors import _kernels as K
 from perfwatch.detectors.analyzer import SeriesAnalyzer
-from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
+from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams, detect_change_points
 
 PARAMS = [
     EDivisiveParams(compat="otava"),
@@ -23,23 +24,18 @@ PARAMS = [
 
 
 def same(a, b) -> bool:
-    """Equal change points: same indices, p-values equal bit for bit (NaN == NaN)."""
+    """Equal change points: every field equal bit for bit (NaN == NaN)."""
     if len(a) != len(b):
         return False
     for x, y in zip(a, b, strict=True):
-        for f in ("index", "pvalue", "magnitude", "mean_before", "stddev_after"):
-            u, v = getattr(x, f), getattr(y, f)
+        for f in fields(ChangePoint):
+            u, v = getattr(x, f.name), getattr(y, f.name)
             if not (u == v or (isinstance(u, float) and math.isnan(u) and math.isnan(v))):
                 return False
     return True
 
 
-@st.composite
-def series_and_ops(draw):
-    n = draw(st.integers(1, 260))
-    kind = draw(st.sampled_from(["noise", "steps", "ties", "flat", "gaps"]))
-    seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
+def make_values(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
     x = 100 + rng.normal(0, 2, n)
     if kind == "steps":
         for at in rng.integers(0, n, size=int(rng.integers(1, 5))):
@@ -51,6 +47,15 @@ def series_and_ops(draw):
         x[rng.random(n) < 0.2] = 6.0
     elif kind == "gaps":
         x[rng.random(n) < 0.3] = np.nan
+    return x
+
+
+@st.composite
+def series_and_ops(draw):
+    n = draw(st.integers(1, 260))
+    kind = draw(st.sampled_from(["noise", "steps", "ties", "flat", "gaps"]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    x = make_values(kind, n, np.random.default_rng(seed))
     ops = []
     done = 0
     while done < n:
@@ -95,6 +100,121 @@ def test_incremental_equals_full_recomputation(case):
         assert same(a.change_points_, full)
 
 
+def memo_rows_hold(a: SeriesAnalyzer) -> bool:
+    """Every remembered merge test equals its recomputation on the current series."""
+    x = K.fill_gaps(a.values_)
+    noise_floor = a.params.merge_settings()[3]
+    trend = a.params.merge_settings()[6]
+    for (lo, mid, hi), row in zip(a._memo.keys.tolist(), a._memo.vals.tolist(), strict=True):
+        fresh = list(K.segment_stats(x, lo, mid, hi, noise_floor))
+        if trend:
+            fresh.append(K.trend_shift_p(x, lo, mid, hi, noise_floor))
+        if np.asarray(row[: len(fresh)]).tobytes() != np.asarray(fresh).tobytes():
+            return False
+    return True
+
+
+@st.composite
+def grown_series(draw):
+    """A series analysed in one go, then grown mostly one value at a time (the
+    stream processor's case), with some longer appends, late values, gaps,
+    steps and restarts from a saved state in between."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    kind = draw(st.sampled_from(["noise", "steps", "ties", "gaps"]))
+    start = make_values(kind, draw(st.integers(30, 300)), rng)
+    moves = ["one"] * 6 + ["few", "gap", "step", "insert", "insert_gap"]
+    restarts = [None] * 6 + ["bytes", "compact"]
+    ops = draw(
+        st.lists(
+            st.tuples(st.sampled_from(moves), st.sampled_from(restarts)), min_size=5, max_size=40
+        )
+    )
+    return start, ops, int(rng.integers(2**32)), draw(st.sampled_from(range(len(PARAMS))))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grown_series())
+def test_merge_memo_keeps_appends_exact(case):
+    start, ops, seed, pi = case
+    params = PARAMS[pi]
+    rng = np.random.default_rng(seed)
+    a = SeriesAnalyzer(params)
+    a.append(start)
+    cur = start.copy()
+    level = 100.0
+    for move, restart in ops:
+        if move == "step":
+            level += rng.uniform(-20, 20)
+        pos = len(cur)
+        if move == "few":
+            chunk = level + rng.normal(0, 2, int(rng.integers(2, 30)))
+        elif move in ("gap", "insert_gap"):
+            chunk = np.array([np.nan])
+        else:
+            chunk = np.array([level + rng.normal(0, 2)])
+        if move.startswith("insert"):
+            pos = int(rng.integers(0, len(cur) + 1))
+            got = a.insert(pos, chunk.tolist())
+        else:
+            got = a.append(chunk.tolist())
+        cur = np.concatenate([cur[:pos], chunk, cur[pos:]])
+        if restart == "bytes":
+            a = SeriesAnalyzer.from_bytes(a.to_bytes())
+        elif restart == "compact":
+            a = SeriesAnalyzer.from_bytes(a.to_bytes(with_values=False), values=cur.copy())
+        np.testing.assert_array_equal(a.values_, cur)
+        full = detect_change_points(cur, params)
+        assert same(got, full)
+        assert same(a.change_points_, full)
+        assert memo_rows_hold(a)
+
+
+def test_merge_memo_is_reused_by_the_next_append():
+    rng = np.random.default_rng(5)
+    x = 100 * (1 + 0.01 * rng.standard_normal(540))
+    for params in PARAMS[:2]:
+        a = SeriesAnalyzer(params)
+        a.append(x[:500])
+        assert len(a._memo) > 0
+        known = used = 0
+        for v in x[500:]:
+            before = set(map(tuple, a._memo.keys.tolist()))
+            a.append([float(v)])
+            after = set(map(tuple, a._memo.keys.tolist()))
+            known += len(after & before)
+            used += len(after)
+            assert memo_rows_hold(a)
+        # most tests of a merge were known from the previous one
+        assert known >= 0.6 * used
+        assert same(a.change_points_, detect_change_points(x, params))
+        # a restored analyzer starts without a memo and builds it on its next update
+        b = SeriesAnalyzer.from_bytes(a.to_bytes())
+        assert len(b._memo) == 0
+        b.append([float(x[-1])])
+        assert len(b._memo) > 0 and memo_rows_hold(b)
+
+
+def test_merge_gives_the_same_with_or_without_a_memo_even_when_it_overflows():
+    rng = np.random.default_rng(11)
+    x = np.repeat(rng.normal(100, 5, 60), rng.integers(1, 4, 60))
+    n = x.shape[0]
+    weak = np.arange(1, n)  # every index a candidate: far more tests than memo rows
+    no_keys, no_vals = np.zeros((0, 3), np.int64), np.zeros((0, K.MEMO_COLS))
+    for params in PARAMS:
+        settings_ = params.merge_settings()
+        plain, keys, vals = K.merge(x, n, weak, *settings_, no_keys, no_vals)
+        if settings_[4] > 1:  # a minimum segment length: a short-point test every round
+            assert keys.shape[0] == 4 * weak.shape[0] + 15  # all rows but the spare one used
+        again, keys2, vals2 = K.merge(x, n, weak, *settings_, keys, vals)
+        assert plain.tobytes() == again.tobytes()
+        assert keys2.shape == keys.shape
+        # rows taken from the memo are the rows computed afresh
+        for key, row in zip(keys2.tolist(), vals2.tolist(), strict=True):
+            lo, mid, hi = key
+            fresh = K.segment_stats(x, lo, mid, hi, settings_[3])
+            assert np.asarray(row[:5]).tobytes() == np.asarray(fresh).tobytes()
+
+
 def test_append_one_at_a_time_equals_full_and_resumes_after_restart():
     rng = np.random.default_rng(3)
     x = np.concatenate([rng.normal(100, 2, 300), rng.normal(110, 2, 200), rng.normal(100, 2, 300)])
@@ -108,35 +228,19 @@ def test_append_one_at_a_time_equals_full_and_resumes_after_restart():
         assert [c.index for c in a.change_points_][:2] == [300, 500]
 
 
-@pytest.fixture
-def windows_computed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many windows each call of the window kernel computes, in call order."""
-    computed: list[int] = []
-    original = K.window_chain
-
-    def counting(*args):
-        k, stop = original(*args)
-        computed.append(k - args[7])  # args[7]: windows kept before the call
-        return k, stop
-
-    monkeypatch.setattr(K, "window_chain", counting)
-    return computed
-
-
-def test_append_recomputes_only_the_tail_windows(windows_computed):
+def test_append_recomputes_only_the_tail_windows():
     rng = np.random.default_rng(8)
     x = rng.normal(100, 2, 1000)
     a = SeriesAnalyzer(EDivisiveParams(compat="otava"))
     a.append(x)
-    windows_computed.clear()  # count from here on
+    assert a.windows_computed_ >= 1000 // 25 - 1  # the first append computes them all
     a.append([100.0])
-    assert windows_computed and windows_computed[0] <= 3  # windows touching the new point only
-    windows_computed.clear()
+    assert 1 <= a.windows_computed_ <= 3  # windows touching the new point only
     a.insert(500, [101.0])
     # the windows before index 500 are reused; from there on window starts are
     # anchored to absolute positions, so the chain re-joins the old (shifted)
     # windows only where a window start was a change point
-    assert windows_computed and windows_computed[0] <= (1001 - 450) // 25 + 2
+    assert 1 <= a.windows_computed_ <= (1001 - 450) // 25 + 2
     assert same(a.change_points_, detect_change_points(a.values_, a.params))
 
 
@@ -192,12 +296,11 @@ def test_compact_state_needs_the_values_it_was_saved_with():
         SeriesAnalyzer.from_bytes(a.to_bytes(), values=values)
 
 
-def test_insert_rejoins_the_old_windows(windows_computed):
+def test_insert_rejoins_the_old_windows():
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.normal(100 + 20 * (i % 2), 1, 40) for i in range(25)])
     a = SeriesAnalyzer(EDivisiveParams(compat="otava"))
     a.append(x)
-    windows_computed.clear()  # count from here on
     a.insert(100, [100.5])
-    assert windows_computed == [1]  # one window recomputed, then the shifted old chain
+    assert a.windows_computed_ == 1  # one window recomputed, then the shifted old chain
     assert same(a.change_points_, detect_change_points(a.values_, a.params))

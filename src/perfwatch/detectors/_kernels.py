@@ -343,19 +343,39 @@ def window_change_points(
 
 @njit(**_NJ)
 def window_chain(
-    x, n, w, pthresh, noise_floor, local_test, start, first_win, win_start, win_off, cps, sync
+    x, n, w, pthresh, noise_floor, local_test, keep, old_starts, old_offsets, old_cps, sync
 ):
-    """Otava's sliding-window loop from ``start`` to the end of x[:n].
+    """Otava's sliding-window loop to the end of x[:n], after the first
+    ``keep`` windows of a chain.
 
-    Windows are x[s:min(s+w, n)]; the next window starts at
-    max(last change point found in this window (or 0), s + w//2).
-    Window k (k >= first_win) is recorded as win_start[k] and its change
-    points cps[win_off[k]:win_off[k+1]] (win_off[first_win] must be set).
+    A chain is (starts, offsets, cps): window k is x[starts[k]:min(starts[k]+w, n)]
+    and its change points are cps[offsets[k]:offsets[k+1]]; the next window
+    starts at max(last change point found in this window (or 0), s + w//2).
     Stops early, before computing it, at a window start found in the sorted
     array ``sync`` (windows the caller already knows).
-    Returns (index one past the last window written, start where it stopped).
+    Returns (starts, offsets, cps, stop): the first ``keep`` windows of
+    (old_starts, old_offsets, old_cps) followed by the windows computed, and
+    the start where it stopped (>= n when it ran to the end).
     """
     step = w // 2
+    start = 0
+    if keep > 0:
+        a = old_offsets[keep - 1]
+        b = old_offsets[keep]
+        last = old_cps[b - 1] if b > a else 0
+        start = max(last, old_starts[keep - 1] + step)
+    max_new = (n - start + step - 1) // step + 1 if start < n else 0
+    kept = old_offsets[keep]
+    # (copies by loops: slice assignments make this kernel much slower to compile)
+    win_start = np.empty(keep + max_new, np.int64)
+    win_off = np.empty(keep + max_new + 1, np.int64)
+    for i in range(keep):
+        win_start[i] = old_starts[i]
+        win_off[i] = old_offsets[i]
+    win_off[keep] = kept
+    cps = np.empty(kept + max_new * (min(w, n - start) + 1), np.int64)
+    for i in range(kept):
+        cps[i] = old_cps[i]
     # scratch for one window: O(min(w, n - start)^2), reused by every window
     m = max(2, min(w, n - start))
     D = np.empty((m, m))
@@ -369,7 +389,7 @@ def window_chain(
     cq = np.empty(m + 1)
     ckap = np.empty(m + 1, dtype=np.int64)
     out = np.empty(m + 1, dtype=np.int64)
-    k = first_win
+    k = keep
     s = start
     ns = sync.shape[0]
     sp = 0
@@ -406,18 +426,78 @@ def window_chain(
         k += 1
         last = out[c - 1] if c > 0 else 0
         s = max(last, s + step)
-    return k, s
+    return win_start[:k].copy(), win_off[: k + 1].copy(), cps[: win_off[k]].copy(), s
+
+
+# --------------------------------------------------------------------------
+# the merge step's memo of segment statistics
+# --------------------------------------------------------------------------
+# Row r: keys[r] = (lo, mid, hi) and vals[r] = the (m1, s1, m2, s2, p) of
+# ``segment_stats(x, lo, mid, hi)``, then ``trend_shift_p(x, lo, mid, hi)``
+# (computed only with the trend test on).  A row depends on x[lo:hi] and the
+# parameters only, so it stays valid while that slice does: a growing series
+# reuses almost every row of its previous merge.  Rows are found through an
+# open-addressing hash table of row numbers built for each merge (not stored).
+MEMO_COLS = 6
+_NO_ROW = -1
+
+
+@njit(inline="always", **_NJ)
+def _key_hash(lo, mid, hi, mask):
+    # int64 products wrap around: the mix only spreads the keys over the slots
+    h = (hi * 0x9E3779B1 + mid) * 0x85EBCA77 + lo
+    return (h ^ (h >> 29)) & mask
+
+
+@njit(inline="always", **_NJ)
+def _memo_slot(table, keys, lo, mid, hi):
+    """Slot of key (lo, mid, hi) in table: the one holding its row, else the
+    empty slot where it goes (the table is never full)."""
+    mask = table.shape[0] - 1
+    s = _key_hash(lo, mid, hi, mask)
+    while True:
+        r = table[s]
+        if r == _NO_ROW or (keys[r, 0] == lo and keys[r, 1] == mid and keys[r, 2] == hi):
+            return s
+        s = (s + 1) & mask
+
+
+@njit(**_NJ)
+def _memo_table(keys, count):
+    """Hash table over rows keys[:count], room for len(keys) rows, at most half full."""
+    size = 16
+    while size < 2 * keys.shape[0]:
+        size *= 2
+    table = np.full(size, _NO_ROW, np.int64)
+    for r in range(count):
+        table[_memo_slot(table, keys, keys[r, 0], keys[r, 1], keys[r, 2])] = r
+    return table
 
 
 # --------------------------------------------------------------------------
 # the merge step
 # --------------------------------------------------------------------------
 @njit(**_NJ)
-def merge(x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, bonferroni, trend):
+def merge(
+    x,
+    n,
+    weak,
+    max_pvalue,
+    min_magnitude,
+    mode,
+    noise_floor,
+    min_seg,
+    bonferroni,
+    trend,
+    memo_keys,
+    memo_vals,
+):
     """Stats of every weak change point against its neighbours, then Otava's
     merge: repeatedly drop the weakest point (largest p-value if it is not
     below ``max_pvalue``, else the smallest magnitude if not above
     ``min_magnitude``) and recompute the stats around it.
+
+    ``weak``: the weak change points, sorted and distinct.
 
     mode == MODE_OTAVA reproduces Otava 0.8 exactly, including that the two
     points *after* a removed one are recomputed (the one before keeps its stale
@@ -428,7 +508,13 @@ def merge(x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, bon
     the point was chosen from (n1 + n2 - 1), capped at 1, and (if ``trend``)
     takes the larger of the t-test's and ``trend_shift_p``'s p-values.
 
-    Returns (idx, m1, s1, m2, s2, p) of the surviving points, sorted by index.
+    Segment statistics are looked up in the memo rows (``memo_keys``,
+    ``memo_vals``; see ``MEMO_COLS``) of an earlier merge with the same
+    parameters, which must all still hold for x.
+
+    Returns (out, memo_keys, memo_vals): one row (index, mean before, std
+    before, mean after, std after, p-value) per surviving point in index
+    order, and the memo rows this merge used, for the next one.
     """
     k = weak.shape[0]
     idx = weak.copy()
@@ -442,10 +528,48 @@ def merge(x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, bon
     short_lo = np.full(k, -1, np.int64)
     short_hi = np.full(k, -1, np.int64)
     short_p = np.empty(k)
+    old_table = _memo_table(memo_keys, memo_keys.shape[0])
+    # room for the tests of a typical merge (k, then about two per removal);
+    # the rare rows beyond are recomputed when needed
+    keys = np.empty((4 * k + 16, 3), np.int64)
+    vals = np.empty((keys.shape[0], MEMO_COLS))
+    table = _memo_table(keys, 0)
+    used = 0
+
+    def memo_row(lo, mid, hi, used):
+        """Row of (lo, mid, hi) in this merge's memo of ``used`` rows: found
+        there, else added as row ``used`` (copied from the old memo or
+        computed); a full memo keeps its rows and computes into its spare last
+        row.  Returns (row, rows used now)."""
+        s = _memo_slot(table, keys, lo, mid, hi)
+        if table[s] != _NO_ROW:
+            return table[s], used
+        r = used
+        if r < keys.shape[0] - 1:
+            table[s] = r
+            used += 1
+        keys[r, 0] = lo
+        keys[r, 1] = mid
+        keys[r, 2] = hi
+        j = old_table[_memo_slot(old_table, memo_keys, lo, mid, hi)]
+        if j != _NO_ROW:
+            for col in range(MEMO_COLS):
+                vals[r, col] = memo_vals[j, col]
+        else:
+            a, b, c, d, pv = segment_stats(x, lo, mid, hi, noise_floor)
+            vals[r, 0] = a
+            vals[r, 1] = b
+            vals[r, 2] = c
+            vals[r, 3] = d
+            vals[r, 4] = pv
+            vals[r, 5] = trend_shift_p(x, lo, mid, hi, noise_floor) if trend else 0.0
+        return r, used
+
     for i in range(k):
         lo = idx[i - 1] if i > 0 else 0
         hi = idx[i + 1] if i + 1 < k else n
-        _stats_into(x, lo, idx[i], hi, i, m1, s1, m2, s2, p, noise_floor, bonferroni, trend)
+        r, used = memo_row(lo, idx[i], hi, used)
+        _stats_into(vals, r, lo, hi, i, m1, s1, m2, s2, p, bonferroni, trend)
     while k > 0:
         w = -1
         if mode == MODE_DEFAULT and min_seg > 1:
@@ -471,7 +595,8 @@ def merge(x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, bon
                 if short_lo[i] != lo or short_hi[i] != hi:
                     short_lo[i] = lo
                     short_hi[i] = hi
-                    short_p[i] = segment_stats(x, lo, idx[i], hi, noise_floor)[4]
+                    r, used = memo_row(lo, idx[i], hi, used)
+                    short_p[i] = vals[r, 4]
                 pi = short_p[i]
                 if w < 0 or pi > pw:
                     w = i
@@ -511,26 +636,108 @@ def merge(x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, bon
         for i in range(max(first, 0), min(last, k)):
             lo = idx[i - 1] if i > 0 else 0
             hi = idx[i + 1] if i + 1 < k else n
-            _stats_into(x, lo, idx[i], hi, i, m1, s1, m2, s2, p, noise_floor, bonferroni, trend)
-    return idx[:k], m1[:k], s1[:k], m2[:k], s2[:k], p[:k]
+            r, used = memo_row(lo, idx[i], hi, used)
+            _stats_into(vals, r, lo, hi, i, m1, s1, m2, s2, p, bonferroni, trend)
+    out = np.empty((k, 6))
+    for i in range(k):
+        out[i, 0] = idx[i]
+        out[i, 1] = m1[i]
+        out[i, 2] = s1[i]
+        out[i, 3] = m2[i]
+        out[i, 4] = s2[i]
+        out[i, 5] = p[i]
+    kept_keys = np.empty((used, 3), np.int64)
+    kept_vals = np.empty((used, MEMO_COLS))
+    for r in range(used):
+        for c in range(3):
+            kept_keys[r, c] = keys[r, c]
+        for c in range(MEMO_COLS):
+            kept_vals[r, c] = vals[r, c]
+    return out, kept_keys, kept_vals
 
 
-@njit(**_NJ)
-def _stats_into(x, lo, mid, hi, i, m1, s1, m2, s2, p, noise_floor, bonferroni, trend):
-    a, b, c, d, pv = segment_stats(x, lo, mid, hi, noise_floor)
-    if trend:
-        pt = trend_shift_p(x, lo, mid, hi, noise_floor)
-        if pt > pv:
-            pv = pt
+@njit(inline="always", **_NJ)
+def _stats_into(vals, r, lo, hi, i, m1, s1, m2, s2, p, bonferroni, trend):
+    """Point i's statistics from memo row r, with the merge's p-value rules."""
+    pv = vals[r, 4]
+    if trend and vals[r, 5] > pv:
+        pv = vals[r, 5]
     if bonferroni:
         pv = pv * (hi - lo - 1)
         if pv > 1.0:
             pv = 1.0
-    m1[i] = a
-    s1[i] = b
-    m2[i] = c
-    s2[i] = d
+    m1[i] = vals[r, 0]
+    s1[i] = vals[r, 1]
+    m2[i] = vals[r, 2]
+    s2[i] = vals[r, 3]
     p[i] = pv
+
+
+@njit(**_NJ)
+def _weak_points(cps):
+    """The distinct values of a chain's change points, sorted.  They come
+    sorted already (a window starts at or after the previous one's last change
+    point and finds points past its start): the insertion sort only makes
+    sure, in linear time for such input."""
+    out = cps.copy()
+    for i in range(1, out.shape[0]):
+        v = out[i]
+        j = i - 1
+        while j >= 0 and out[j] > v:
+            out[j + 1] = out[j]
+            j -= 1
+        out[j + 1] = v
+    k = 0
+    for i in range(out.shape[0]):
+        if k == 0 or out[i] != out[k - 1]:
+            out[k] = out[i]
+            k += 1
+    return out[:k]
+
+
+@njit(**_NJ)
+def append_values(raw, x, new, starts, offsets, cps, split, merge_settings, memo_keys, memo_vals):
+    """One append to a series whose first value is known, in a single call.
+
+    ``raw``/``x``: the series as given and gap-filled; ``new``: the values to
+    append (NaN = gap, filled with the last value before it); (starts,
+    offsets, cps): its window chain; ``split``: the settings of
+    ``window_chain`` (w to local_test); ``merge_settings``: those of ``merge``
+    (max_pvalue to trend), then its memo.  The filled prefix does not change,
+    so the chain's windows that end before the first new point are kept, the
+    rest are recomputed, and the merge step runs over all its weak points.
+
+    Returns (raw, x, starts, offsets, cps, windows computed, merge rows, memo
+    keys, memo vals) of the longer series.
+    """
+    n_old = x.shape[0]
+    n = n_old + new.shape[0]
+    raw_out = np.empty(n)
+    x_out = np.empty(n)
+    for i in range(n_old):
+        raw_out[i] = raw[i]
+        x_out[i] = x[i]
+    prev = x[n_old - 1]
+    for i in range(new.shape[0]):
+        v = new[i]
+        raw_out[n_old + i] = v
+        if v == v:
+            prev = v
+        x_out[n_old + i] = prev
+    # windows that end before the first new point (start + w <= n_old): all
+    # but the last one or two
+    keep = starts.shape[0]
+    while keep > 0 and starts[keep - 1] + split[0] > n_old:
+        keep -= 1
+    no_sync = np.empty(0, np.int64)
+    chain_starts, chain_offsets, chain_cps, _ = window_chain(
+        x_out, n, *split, keep, starts, offsets, cps, no_sync
+    )
+    out, keys, vals = merge(
+        x_out, n, _weak_points(chain_cps), *merge_settings, memo_keys, memo_vals
+    )
+    computed = chain_starts.shape[0] - keep
+    return raw_out, x_out, chain_starts, chain_offsets, chain_cps, computed, out, keys, vals
 
 
 @njit(**_NJ)

@@ -14,7 +14,11 @@ whose data did not change gives the same result, so only the windows from the
 first changed one on are recomputed, and after an insert the chain re-joins the
 old (shifted) windows as soon as it reaches one of their starts past the
 changed region.  The merge step then runs over the weak points of the whole
-chain (compiled, cheap).
+chain (compiled, cheap); the statistics of its tests are remembered from one
+update to the next (a test depends only on the values it spans, which an
+append does not change), so after an append it mostly looks them up.  That
+memo is not part of the saved state: the first merge after a restore
+rebuilds it.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from perfwatch.detectors import _kernels as K
 from perfwatch.detectors.edivisive import (
     ChangePoint,
     EDivisiveParams,
+    MergeMemo,
     WindowChain,
     as_raw_values,
+    change_points_from_rows,
     merge_weak_points,
 )
 
@@ -73,11 +79,21 @@ class SeriesAnalyzer:
     """Change points of one growing series; see the module docstring."""
 
     def __init__(self, params: EDivisiveParams | None = None) -> None:
-        self.params = params if params is not None else EDivisiveParams()
+        self._params = params if params is not None else EDivisiveParams()
+        self._split_settings = self._params.split_settings()
+        self._merge_settings = self._params.merge_settings()
         self._raw = np.zeros(0)  # values as given, NaN = gap
         self._x = np.zeros(0)  # gaps filled (all NaN while no value is known)
         self._chain = WindowChain.empty()
         self._cps: list[ChangePoint] = []
+        self._memo = MergeMemo()
+        #: split-step windows the last update computed (the others were reused)
+        self.windows_computed_ = 0
+
+    @property
+    def params(self) -> EDivisiveParams:
+        """The detector's parameters, fixed for the analyzer's life (its state depends on them)."""
+        return self._params
 
     # ------------------------------------------------------------------ views
     @property
@@ -104,7 +120,29 @@ class SeriesAnalyzer:
         new = as_raw_values(values)
         if new.size == 0:
             return self.change_points_
-        return self._update(np.concatenate([self._raw, new]), len(self), new.shape[0])
+        x = self._x
+        if x.shape[0] == 0 or x[0] != x[0]:  # no value known yet: x changes from index 0
+            return self._update(np.concatenate([self._raw, new]), len(self), new.shape[0])
+        # the common streaming case, in one compiled call
+        chain, memo = self._chain, self._memo
+        (self._raw, self._x, starts, offsets, cps, computed, rows, memo.keys, memo.vals) = (
+            K.append_values(
+                self._raw,
+                x,
+                new,
+                chain.starts,
+                chain.offsets,
+                chain.cps,
+                self._split_settings,
+                self._merge_settings,
+                memo.keys,
+                memo.vals,
+            )
+        )
+        self._chain = WindowChain(starts, offsets, cps)
+        self.windows_computed_ = computed
+        self._cps = change_points_from_rows(rows)
+        return list(self._cps)
 
     def insert(self, position: int, values: ArrayLike) -> list[ChangePoint]:
         """Place values before index ``position`` (0..len); returns all change points."""
@@ -120,24 +158,20 @@ class SeriesAnalyzer:
         return self._update(raw, p, new.shape[0])
 
     def _update(self, raw: np.ndarray, pos: int, k: int) -> list[ChangePoint]:
+        """The series becomes ``raw``: ``k`` values were placed at ``pos``."""
         old_x = self._x
         n_old = old_x.shape[0]
-        appending = pos == n_old and n_old > 0 and not np.isnan(old_x[0])
-        if appending:
-            # the filled prefix cannot change; new gaps continue its last value
-            x = np.concatenate([old_x, K.fill_gaps(np.concatenate([old_x[-1:], raw[pos:]]))[1:]])
-        else:
-            x = K.fill_gaps(raw)
+        x = K.fill_gaps(raw)
         n = x.shape[0]
         self._raw = raw
         self._x = x
         if np.isnan(x[0]):  # no value known yet
             self._chain = WindowChain.empty()
             self._cps = []
+            self._memo = MergeMemo()
+            self.windows_computed_ = 0
             return []
-        if appending:
-            lo, hi = pos, n - 1
-        elif n_old == 0 or np.isnan(old_x[0]):
+        if n_old == 0 or np.isnan(old_x[0]):
             lo, hi = 0, n - 1
         else:
             # first changed index (filled values before pos can change only
@@ -149,24 +183,25 @@ class SeriesAnalyzer:
             tail_old = old_x[pos:]
             diff = np.flatnonzero(tail_new != tail_old)
             hi = pos + k + int(diff[-1]) if diff.size else pos + k - 1
+        self._memo.keep_before(lo)
         self._chain = self._rechain(lo, hi, pos, k, n_old)
-        self._cps = merge_weak_points(x, self._chain.weak_points(), self.params)
+        self._cps = merge_weak_points(x, self._chain.weak_points(), self.params, self._memo)
         return self.change_points_
 
     def _rechain(self, lo: int, hi: int, pos: int, k: int, n_old: int) -> WindowChain:
         """Reuse the windows before ``lo`` and after ``hi``; recompute the rest."""
         w = int(self.params.window_len)
         old = self._chain
-        # windows entirely before the first changed index are unchanged
-        keep = int(np.searchsorted(old.starts + w, lo, side="right"))
-        chain = old.prefix(keep)
-        start = old.next_start(keep, w)
+        # windows entirely before the first changed index (start + w <= lo)
+        # are unchanged
+        keep = int(old.starts.searchsorted(lo - w, side="right"))
         # old windows (in new coordinates) lying entirely after the changed
         # region: once the new chain reaches one of their starts, the rest of
         # the old chain follows unchanged, moved by k
         first_sync = keep + int(np.searchsorted(old.starts[keep:] + k, hi, side="right"))
         sync = old.starts[first_sync:] + k if pos < n_old else np.zeros(0, np.int64)
-        chain, stop = chain.extend(self._x, self.params, start, sync)
+        chain, stop = old.continued(keep, self._x, self.params, sync)
+        self.windows_computed_ = len(chain) - keep
         if stop < self._x.shape[0] and sync.size:
             j = first_sync + int(np.searchsorted(sync, stop))
             chain = chain.concat_shifted(old, j, k)
@@ -201,7 +236,8 @@ class SeriesAnalyzer:
         processor's points table: the state then stays a few hundred bytes
         whatever the series' length, and ``from_bytes`` needs the values back.
         """
-        raw = self._raw.astype("<f8").tobytes()
+        # copy=False: no copy where the machine's order is little-endian already
+        raw = self._raw.astype("<f8", copy=False)
         header = orjson.dumps(
             {
                 "format": _FORMAT,
@@ -217,10 +253,10 @@ class SeriesAnalyzer:
             _MAGIC,
             struct.pack("<I", len(header)),
             header,
-            raw if with_values else b"",
-            self._chain.starts.astype("<i8").tobytes(),
-            self._chain.offsets.astype("<i8").tobytes(),
-            self._chain.cps.astype("<i8").tobytes(),
+            raw.tobytes() if with_values else b"",
+            self._chain.starts.astype("<i8", copy=False).tobytes(),
+            self._chain.offsets.astype("<i8", copy=False).tobytes(),
+            self._chain.cps.astype("<i8", copy=False).tobytes(),
         ]
         return b"".join(parts)
 
@@ -257,7 +293,7 @@ class SeriesAnalyzer:
             if values is None:
                 raise ValueError("this state was saved without its values; pass values")
             raw = as_raw_values(values) if len(values) else np.zeros(0)
-            if raw.shape[0] != h["n"] or zlib.crc32(raw.astype("<f8").tobytes()) != saved:
+            if raw.shape[0] != h["n"] or zlib.crc32(raw.astype("<f8", copy=False)) != saved:
                 raise ValueError(
                     f"the values given ({raw.shape[0]}) are not the {h['n']} values "
                     "this state was saved with"

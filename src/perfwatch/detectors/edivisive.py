@@ -44,6 +44,7 @@ from perfwatch.detectors.direction import classify_direction
 __all__ = [
     "ChangePoint",
     "EDivisiveParams",
+    "MergeMemo",
     "WindowChain",
     "best_split",
     "classify_direction",
@@ -134,25 +135,30 @@ class EDivisiveParams:
         return self.compat == "otava"
 
     # effective kernel settings -------------------------------------------
-    @property
-    def _min_seg(self) -> int:
-        return 0 if self.is_compat else int(self.min_segment_len)
+    def split_settings(self) -> tuple[int, float, float, bool]:
+        """The split kernels' settings: (window_len, relaxed p-value threshold,
+        noise floor, local split test)."""
+        compat = self.is_compat
+        return (
+            int(self.window_len),
+            first_pass_pvalue(self.max_pvalue),
+            0.0 if compat else float(self.noise_floor),
+            False if compat else bool(self.local_split_test),
+        )
 
-    @property
-    def _noise_floor(self) -> float:
-        return 0.0 if self.is_compat else float(self.noise_floor)
-
-    @property
-    def _local_test(self) -> bool:
-        return False if self.is_compat else bool(self.local_split_test)
-
-    @property
-    def _trend(self) -> bool:
-        return False if self.is_compat else bool(self.trend_test)
-
-    @property
-    def _bonferroni(self) -> bool:
-        return False if self.is_compat else bool(self.selection_correction)
+    def merge_settings(self) -> tuple[float, float, int, float, int, bool, bool]:
+        """The merge kernel's settings: (max_pvalue, min_magnitude, mode, noise
+        floor, minimum segment length, selection correction, trend test)."""
+        compat = self.is_compat
+        return (
+            float(self.max_pvalue),
+            float(self.min_magnitude),
+            K.MODE_OTAVA if compat else K.MODE_DEFAULT,
+            0.0 if compat else float(self.noise_floor),
+            0 if compat else int(self.min_segment_len),
+            False if compat else bool(self.selection_correction),
+            False if compat else bool(self.trend_test),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -214,14 +220,14 @@ def prepare_values(values: ArrayLike, *, allow_all_missing: bool = False) -> np.
 
 def as_raw_values(values: ArrayLike) -> np.ndarray:
     """Float64 1-D array of the values, None -> NaN; ValueError on inf / bad shape / type."""
-    if type(values) is list and len(values) <= _FEW and all(type(v) is float for v in values):
-        # the streaming case (one new value): plain checks beat numpy's per-call cost
-        for i, v in enumerate(values):
-            if math.isinf(v):
-                raise ValueError(f"values contain an infinite value at index {i}")
-            if abs(v) > _MAX_ABS_VALUE:
-                raise ValueError(_TOO_LARGE)
-        return np.array(values, dtype=np.float64)
+    if type(values) is list and len(values) <= _FEW:
+        # the streaming case (one new value): plain checks beat numpy's per-call
+        # cost; anything but finite floats in range takes the general path
+        for v in values:
+            if type(v) is not float or not -_MAX_ABS_VALUE <= v <= _MAX_ABS_VALUE:
+                break
+        else:
+            return np.array(values, dtype=np.float64)
     if isinstance(values, np.ndarray):
         arr = values
     else:
@@ -270,54 +276,23 @@ class WindowChain:
     def __len__(self) -> int:
         return int(self.starts.shape[0])
 
-    def prefix(self, k: int) -> WindowChain:
-        """The first k windows."""
-        off = self.offsets[: k + 1].copy()
-        return WindowChain(self.starts[:k].copy(), off, self.cps[: off[-1]].copy())
-
     def weak_points(self) -> np.ndarray:
         return np.unique(self.cps)
 
-    def extend(
-        self, x: np.ndarray, params: EDivisiveParams, start: int, sync: np.ndarray | None = None
+    def continued(
+        self, keep: int, x: np.ndarray, params: EDivisiveParams, sync: np.ndarray = _NO_SYNC
     ) -> tuple[WindowChain, int]:
-        """Continue this chain with the windows from ``start`` to the end of x.
+        """This chain's first ``keep`` windows, then the windows that follow
+        them to the end of x.
 
         Stops before a window whose start is in the sorted array ``sync``;
         returns the new chain and the start where it stopped (>= len(x) when
         it ran to the end).
         """
-        n = x.shape[0]
-        w = int(params.window_len)
-        step = w // 2
-        k0 = len(self)
-        if start >= n:
-            return self, start
-        if sync is None:
-            sync = _NO_SYNC
-        max_new = (n - start + step - 1) // step + 1
-        starts = np.empty(k0 + max_new, np.int64)
-        starts[:k0] = self.starts
-        offsets = np.empty(k0 + max_new + 1, np.int64)
-        offsets[: k0 + 1] = self.offsets
-        cps = np.empty(int(self.offsets[-1]) + max_new * (min(w, n - start) + 1), np.int64)
-        cps[: self.offsets[-1]] = self.cps
-        k, stop = K.window_chain(
-            x,
-            n,
-            w,
-            first_pass_pvalue(params.max_pvalue),
-            params._noise_floor,
-            params._local_test,
-            start,
-            k0,
-            starts,
-            offsets,
-            cps,
-            sync,
+        starts, offsets, cps, stop = K.window_chain(
+            x, x.shape[0], *params.split_settings(), keep, self.starts, self.offsets, self.cps, sync
         )
-        chain = WindowChain(starts[:k].copy(), offsets[: k + 1].copy(), cps[: offsets[k]].copy())
-        return chain, int(stop)
+        return WindowChain(starts, offsets, cps), int(stop)
 
     def concat_shifted(self, other: WindowChain, first: int, shift: int) -> WindowChain:
         """This chain followed by other's windows from ``first`` on, moved by ``shift``."""
@@ -328,15 +303,6 @@ class WindowChain:
         )
         cps = np.concatenate([self.cps, other.cps[o0:] + shift])
         return WindowChain(starts, offsets, cps)
-
-    def next_start(self, k: int, window_len: int) -> int:
-        """Start of the window that follows window k - 1 (0 for k == 0)."""
-        if k == 0:
-            return 0
-        s = int(self.starts[k - 1])
-        a, b = int(self.offsets[k - 1]), int(self.offsets[k])
-        last = int(self.cps[b - 1]) if b > a else 0
-        return max(last, s + window_len // 2)
 
     def to_lists(self) -> dict[str, list[int]]:
         return {
@@ -354,49 +320,86 @@ class WindowChain:
         )
 
 
+class MergeMemo:
+    """Segment statistics of one series' last merge step, for the next one.
+
+    Each row holds the statistics of a (lo, mid, hi) test, a function of
+    x[lo:hi] and the parameters only: while a series grows at its end every
+    row stays valid, and the next merge (after one more value, mostly the same
+    tests) looks them up instead of recomputing them.  Only the rows the last
+    merge used are kept (some tens of rows, 72 bytes each).  A memo serves one
+    parameter set; its owner calls ``keep_before(i)`` when x changes before
+    index i.
+    """
+
+    __slots__ = ("keys", "vals")
+
+    def __init__(self) -> None:
+        self.keys = _NO_MEMO_KEYS
+        self.vals = _NO_MEMO_VALS
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    def keep_before(self, index: int) -> None:
+        """Forget the rows that depend on x[index:] (those with hi > index)."""
+        valid = self.keys[:, 2] <= index
+        if not valid.all():
+            self.keys = self.keys[valid]
+            self.vals = self.vals[valid]
+
+
+_NO_MEMO_KEYS = np.zeros((0, 3), np.int64)
+_NO_MEMO_VALS = np.zeros((0, K.MEMO_COLS))
+
+
 def merge_weak_points(
-    x: np.ndarray, weak: np.ndarray, params: EDivisiveParams
+    x: np.ndarray, weak: np.ndarray, params: EDivisiveParams, memo: MergeMemo | None = None
 ) -> list[ChangePoint]:
-    """The merge step over the filled series x and sorted weak points."""
-    if weak.shape[0] == 0:
-        return []
-    mode = K.MODE_OTAVA if params.is_compat else K.MODE_DEFAULT
-    idx, m1, s1, m2, s2, p = K.merge(
+    """The merge step over the filled series x and sorted distinct weak points.
+
+    With ``memo`` (see MergeMemo; made with the same parameters) the
+    statistics its rows hold are reused, and its rows are replaced by those
+    this merge used.
+    """
+    out, keys, vals = K.merge(
         x,
         x.shape[0],
         np.ascontiguousarray(weak, np.int64),
-        float(params.max_pvalue),
-        float(params.min_magnitude),
-        mode,
-        params._noise_floor,
-        params._min_seg,
-        params._bonferroni,
-        params._trend,
+        *params.merge_settings(),
+        _NO_MEMO_KEYS if memo is None else memo.keys,
+        _NO_MEMO_VALS if memo is None else memo.vals,
     )
-    return _to_change_points(idx, m1, s1, m2, s2, p)
+    if memo is not None:
+        memo.keys = keys
+        memo.vals = vals
+    return change_points_from_rows(out)
 
 
-def _to_change_points(idx, m1, s1, m2, s2, p) -> list[ChangePoint]:
-    out = []
-    for i in range(idx.shape[0]):
-        a = float(m1[i])
-        b = float(m2[i])
-        fwd = 0.0 if a == 0 else b / a - 1.0
-        bwd = 0.0 if b == 0 else a / b - 1.0
-        mag = abs(bwd) if abs(bwd) > abs(fwd) else abs(fwd)
-        out.append(
-            ChangePoint(
-                index=int(idx[i]),
-                pvalue=float(p[i]),
-                magnitude=mag,
-                forward_change_percent=fwd * 100.0,
-                mean_before=a,
-                stddev_before=float(s1[i]),
-                mean_after=b,
-                stddev_after=float(s2[i]),
-            )
-        )
-    return out
+def change_points_from_rows(out: np.ndarray) -> list[ChangePoint]:
+    """Change points from the merge kernel's rows (index, mean before, std
+    before, mean after, std after, p-value)."""
+    if out.shape[0] == 0:  # the common case: nothing to build
+        return []
+    return [_change_point(*row) for row in out.tolist()]
+
+
+def _change_point(
+    index: float, a: float, sd_a: float, b: float, sd_b: float, pvalue: float
+) -> ChangePoint:
+    fwd = 0.0 if a == 0 else b / a - 1.0
+    bwd = 0.0 if b == 0 else a / b - 1.0
+    mag = abs(bwd) if abs(bwd) > abs(fwd) else abs(fwd)
+    return ChangePoint(
+        index=int(index),
+        pvalue=pvalue,
+        magnitude=mag,
+        forward_change_percent=fwd * 100.0,
+        mean_before=a,
+        stddev_before=sd_a,
+        mean_after=b,
+        stddev_after=sd_b,
+    )
 
 
 def best_split(values: ArrayLike) -> tuple[int, float]:
@@ -422,5 +425,5 @@ def detect_change_points(
     if params is None:
         params = EDivisiveParams()
     x = prepare_values(values)
-    chain, _ = WindowChain.empty().extend(x, params, 0)
+    chain, _ = WindowChain.empty().continued(0, x, params)
     return merge_weak_points(x, chain.weak_points(), params)

@@ -61,6 +61,7 @@ LATENCY_BAR_S = 0.250  # p99 publish -> verdict at half the bar's load
 FIRST_RUN = 1_700_000_000.0  # epoch seconds of run 0; runs are an hour apart
 PHASE_TIMEOUT_S = 600.0
 HALF_LOAD = POINTS_BAR / 2  # metric points/s
+ROLES = ("processors", "database", "broker", "bench", "other")
 # (consumers, [(phase name, phase, records/s or None = at once)]); each group of
 # processors starts with a cold analyzer cache and keeps it between its phases.
 PLAN = [
@@ -207,6 +208,32 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_by_role(processors: list[int]) -> dict[str, float]:
+    """CPU seconds used so far by the processors, the database server, the broker
+    (the JVM), this script and everything else, summed over live processes."""
+    roles = dict.fromkeys(ROLES, 0.0)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            command = (entry / "comm").read_text().strip()
+            used = cpu_seconds(pid)
+        except OSError:  # exited meanwhile
+            continue
+        if pid in processors:
+            roles["processors"] += used
+        elif command.startswith("postgres"):
+            roles["database"] += used
+        elif command == "java":
+            roles["broker"] += used
+        elif pid == os.getpid():
+            roles["bench"] += used
+        else:
+            roles["other"] += used
+    return roles
+
+
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine so far (Linux /proc/stat)."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -225,6 +252,7 @@ class PhaseResult:
     latencies_s: list[float]
     cpu_s_per_record: float
     machine_busy: float  # share of all cores busy during the phase (any process)
+    cpu_ms_per_record_by_role: dict[str, float]  # whole machine, see ROLES
 
     @property
     def points_per_s(self) -> float:
@@ -253,9 +281,10 @@ class Processors:
         config = workdir / "empty.toml"
         config.write_text("")
         self.processes = []
-        for index in range(count):
+        logs = [workdir / f"{subscription}-{count}x{index}.log" for index in range(count)]
+        for index, log_path in enumerate(logs):
             name = f"{subscription}-{count}x{index}"
-            with (workdir / f"{name}.log").open("wb") as log:
+            with log_path.open("wb") as log:
                 self.processes.append(
                     subprocess.Popen(
                         [sys.executable, "-c", "from perfwatch.cli.main import main; main()",
@@ -269,7 +298,7 @@ class Processors:
                         stdout=log, stderr=log,
                     )
                 )  # fmt: skip
-        _wait_for_subscribers(broker, topics["records"], self.subscription, self.processes)
+        _wait_for_subscribers(broker, topics["records"], self.subscription, self.processes, logs)
 
     def stop(self) -> None:
         for process in self.processes:
@@ -305,6 +334,7 @@ class Processors:
             payloads = [record(shape, test, phase, variants) for test in range(shape.tests)]
             cpu_before = [cpu_seconds(p.pid) for p in self.processes]
             machine_before = machine_cpu()
+            roles_before = cpu_by_role([p.pid for p in self.processes])
             sent_at: dict[str, float] = {}
             latencies: dict[str, float] = {}
             collector = threading.Thread(
@@ -320,6 +350,7 @@ class Processors:
             producer.flush()
             collector.join()
             machine_after = machine_cpu()
+            roles_after = cpu_by_role([p.pid for p in self.processes])
             cpu = sum(
                 cpu_seconds(p.pid) - before
                 for p, before in zip(self.processes, cpu_before, strict=True)
@@ -342,6 +373,10 @@ class Processors:
             cpu_s_per_record=cpu / shape.tests,
             machine_busy=(machine_after[0] - machine_before[0])
             / max(machine_after[1] - machine_before[1], 1e-9),
+            cpu_ms_per_record_by_role={
+                role: 1000 * max(roles_after[role] - roles_before[role], 0.0) / shape.tests
+                for role in ROLES
+            },
         )
 
 
@@ -362,15 +397,17 @@ def _collect(
 
 
 def _wait_for_subscribers(
-    broker: BrokerHandle, topic: str, subscription: str, processes: list
+    broker: BrokerHandle, topic: str, subscription: str, processes: list, logs: list[Path]
 ) -> None:
     from perfwatch.stream.brokers import admin_request
 
     path = "/admin/v2/" + topic.replace("://", "/", 1) + "/stats"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in processes):
-            raise SystemExit("a processor exited during start-up; see its log")
+        for process, log in zip(processes, logs, strict=True):
+            if process.poll() is not None:
+                tail = log.read_text(errors="replace")[-3000:]
+                raise SystemExit(f"a processor exited during start-up; its log ends:\n{tail}")
         status, body = admin_request(broker.admin_url, "GET", path)
         if status == 200:
             subscriptions = orjson.loads(body).get("subscriptions", {})
@@ -469,6 +506,13 @@ def report(results: list[PhaseResult], reference_s: float, shape: Shape) -> None
             f"{1000 * r.cpu_s_per_record:>10.2f} {r.machine_busy:>8.0%} "
             f"{1000 * percentile(r.latencies_s, 50):>8.1f} "
             f"{1000 * percentile(r.latencies_s, 99):>8.1f}"
+        )
+    print("\nCPU ms per record, whole machine, by process (machine column above):")
+    print(f"{'phase':<10} " + " ".join(f"{role:>10}" for role in ROLES))
+    for r in results:
+        print(
+            f"{r.name:<10} "
+            + " ".join(f"{r.cpu_ms_per_record_by_role[role]:>10.2f}" for role in ROLES)
         )
     warm = by_name["1 warm"]
     per_point_cpu = warm.cpu_s_per_record / shape.metrics

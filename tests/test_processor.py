@@ -220,6 +220,9 @@ def test_bad_input_is_dead_lettered_with_its_reason(
 class FailingHandler:
     """A handler with a bug that shows on one particular run."""
 
+    def prepare(self, records: Sequence[Record], tx: StoreTransaction) -> None:
+        pass  # it locks nothing
+
     def handle(
         self,
         record: Record,

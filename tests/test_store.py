@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from _processor_support import fresh_postgres_schema
 from perfwatch.store import (
+    OutboxEntry,
     Point,
     SeriesKey,
     StateStore,
@@ -143,6 +144,44 @@ def test_series_state_round_trip(store: StateStore) -> None:
     assert store.published_change_points(SeriesKey.of("nope", "x")) == []
     assert store.series_count() == 2
     assert store.series_keys() == sorted([KEY, other], key=lambda k: k.canonical)
+
+
+def test_a_transaction_locks_a_series_once_and_writes_its_last_state(
+    store: StateStore,
+) -> None:
+    """Many records of a batch in one transaction: the second lock of a series returns
+    the state as the first left it, and only its last analyzer state is written."""
+    with store.transaction() as tx:
+        series = tx.lock_series([KEY])[KEY]
+        tx.add_points([(series, Point("r1", 1.0, 1.0))])
+        tx.save_series([(series, b"first")])
+        again = tx.lock_series([KEY])[KEY]
+        assert again is series and again.length == 1 and again.version == 1
+        tx.add_points([(again, Point("r2", 2.0, 2.0))])
+        series.published = [{"index": 1}]
+        tx.save_series([(again, b"second")])
+        # a state saved earlier in the transaction is read back as saved
+        assert tx.analyzer_states([series.series_id]) == {series.series_id: b"second"}
+        tx.save_series([(again, b"third")])
+    with store.transaction() as tx:
+        stored = tx.lock_series([KEY])[KEY]
+        assert (stored.length, stored.version, stored.published) == (2, 3, [{"index": 1}])
+        assert tx.analyzer_states([stored.series_id]) == {stored.series_id: b"third"}
+
+
+def test_verdicts_added_together_are_numbered_in_order_once_each(store: StateStore) -> None:
+    def entry(verdict_id: str) -> OutboxEntry:
+        return OutboxEntry(0, verdict_id, "me", "change_point.detected", "s", "t", b"{}", 1.0)
+
+    with store.transaction() as tx:
+        assert tx.add_verdict("old", "change_point.detected", b"{}", "me", "t") is not None
+    with store.transaction() as tx:
+        numbers = tx.add_verdicts([entry(v) for v in ("c", "old", "a", "c", "b")])
+    assert numbers[1] is None and numbers[3] is None  # stored already / given twice
+    first, _, second, _, third = numbers
+    assert first is not None and second is not None and third is not None
+    assert first < second < third
+    assert [e.verdict_id for e in store.unpublished()] == ["old", "c", "a", "b"]
 
 
 def test_after_commit_callbacks_run_only_after_a_commit(store: StateStore) -> None:

@@ -90,16 +90,31 @@ _VERDICT_COLUMNS = (
 )
 
 
-def _series_from_row(row: Sequence[Any]) -> SeriesState:
-    series_id, key, length, max_ts, next_arrival, version, params, published = row
+# Analyzer parameters as stored -> as read: most series share a few settings.
+_MAX_CACHED_PARAMS = 256
+_PARAMS_READ: dict[str, dict[str, Any]] = {}
+
+
+def _params_from_text(text: str) -> dict[str, Any]:
+    known = _PARAMS_READ.get(text)
+    if known is None:
+        if len(_PARAMS_READ) >= _MAX_CACHED_PARAMS:
+            _PARAMS_READ.clear()
+        known = _PARAMS_READ[text] = orjson.loads(text)
+    return dict(known)  # the caller's own copy: the cached one must not change
+
+
+def _series_from_row(row: Sequence[Any], key: SeriesKey | None = None) -> SeriesState:
+    """A series row; `key` saves parsing the row's key when the caller has it."""
+    series_id, canonical, length, max_ts, next_arrival, version, params, published = row
     return SeriesState(
         series_id=series_id,
-        key=SeriesKey.from_canonical(key),
+        key=key or SeriesKey.from_canonical(canonical),
         length=length,
         max_timestamp=max_ts,
         next_arrival=next_arrival,
         version=version,
-        analyzer_params=orjson.loads(params) if params else None,
+        analyzer_params=_params_from_text(params) if params else None,
         published=orjson.loads(published),
     )
 
@@ -129,6 +144,9 @@ class SqlTransaction(StoreTransaction):
         super().__init__()
         self._store = store
         self._cursor = cursor
+        self._locked: dict[SeriesKey, SeriesState] = {}
+        # series_id -> (series, its last analyzer state): rows `write_series` writes
+        self._unsaved: dict[int, tuple[SeriesState, bytes | None]] = {}
 
     def _execute(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> Any:
         """Run a statement; `binary` asks for results in the driver's binary format
@@ -140,37 +158,38 @@ class SqlTransaction(StoreTransaction):
         return self._cursor
 
     def lock_series(self, keys: Sequence[SeriesKey]) -> dict[SeriesKey, SeriesState]:
-        if not keys:
-            return {}
         # Existing rows are locked in key order, then missing ones inserted in key
         # order: two processors cannot wait for each other in a cycle.
-        ordered = sorted({key.canonical: key for key in keys}.items())
-        states = self._select_for_update([canonical for canonical, _ in ordered])
-        missing = [(canonical, key) for canonical, key in ordered if key not in states]
-        if missing:
-            rows = ", ".join("(?, ?, ?)" for _ in missing)
-            self._execute(
-                f"INSERT INTO series (series_key, test, metric) VALUES {rows} "
-                "ON CONFLICT (series_key) DO NOTHING",
-                [
-                    value
-                    for canonical, key in missing
-                    for value in (canonical, key.test, key.metric)
-                ],
-            )
-            states.update(self._select_for_update([canonical for canonical, _ in missing]))
-        if len(states) != len(ordered):
-            raise StoreError("series rows vanished while locking them")
-        return states
+        ordered = sorted({k.canonical: k for k in keys if k not in self._locked}.items())
+        if ordered:
+            states = self._select_for_update(dict(ordered))
+            missing = [(canonical, key) for canonical, key in ordered if key not in states]
+            if missing:
+                rows = ", ".join("(?, ?, ?)" for _ in missing)
+                self._execute(
+                    f"INSERT INTO series (series_key, test, metric) VALUES {rows} "
+                    "ON CONFLICT (series_key) DO NOTHING",
+                    [
+                        value
+                        for canonical, key in missing
+                        for value in (canonical, key.test, key.metric)
+                    ],
+                )
+                states.update(self._select_for_update(dict(missing)))
+            if len(states) != len(ordered):
+                raise StoreError("series rows vanished while locking them")
+            self._locked.update(states)
+        return {key: self._locked[key] for key in keys}
 
-    def _select_for_update(self, canonical_keys: list[str]) -> dict[SeriesKey, SeriesState]:
-        marks = ", ".join("?" for _ in canonical_keys)
+    def _select_for_update(self, keys: dict[str, SeriesKey]) -> dict[SeriesKey, SeriesState]:
+        """Lock the rows of these series (canonical form -> key) that exist."""
+        marks = ", ".join("?" for _ in keys)
         rows = self._execute(
             f"SELECT {_SERIES_COLUMNS} FROM series WHERE series_key IN ({marks}) "
             f"ORDER BY series_key{self._store.lock_clause}",
-            canonical_keys,
+            list(keys),
         ).fetchall()
-        return {state.key: state for state in map(_series_from_row, rows)}
+        return {keys[row[1]]: _series_from_row(row, keys[row[1]]) for row in rows}
 
     def add_points(self, items: Sequence[tuple[SeriesState, Point]]) -> list[int | None]:
         if not items:
@@ -261,6 +280,7 @@ class SqlTransaction(StoreTransaction):
     def analyzer_states(self, series_ids: Sequence[int]) -> dict[int, bytes]:
         if not series_ids:
             return {}
+        self.write_series()  # a state saved earlier in this transaction is read back
         marks = ", ".join("?" for _ in series_ids)
         rows = self._execute(
             f"SELECT series_id, analyzer_state FROM series WHERE series_id IN ({marks}) "
@@ -270,11 +290,17 @@ class SqlTransaction(StoreTransaction):
         return {series_id: bytes(state) for series_id, state in rows}
 
     def save_series(self, items: Sequence[tuple[SeriesState, bytes | None]]) -> None:
-        if not items:
-            return
-        rows = []
         for series, analyzer_state in items:
             series.version += 1
+            self._unsaved[series.series_id] = (series, analyzer_state)
+
+    def write_series(self) -> None:
+        """Write the rows `save_series` was given since the last call (one statement:
+        a batch of records that touch a series many times writes it once)."""
+        if not self._unsaved:
+            return
+        rows = []
+        for series, analyzer_state in self._unsaved.values():
             analyzer_params = series.analyzer_params
             rows.append(
                 (
@@ -288,6 +314,7 @@ class SqlTransaction(StoreTransaction):
                     orjson.dumps(series.published).decode(),
                 )
             )
+        self._unsaved.clear()
         source, params = self._store.row_source(
             ("int", "int", "real", "int", "int", "text", "blob", "text"), rows
         )
@@ -299,22 +326,38 @@ class SqlTransaction(StoreTransaction):
             params,
         )
 
-    def add_verdict(
-        self,
-        verdict_id: str,
-        kind: str,
-        document: bytes,
-        owner: str,
-        partition_key: str,
-        series_key: str = "",
-    ) -> int | None:
-        row = self._execute(
-            "INSERT INTO verdicts (verdict_id, series_key, kind, owner, partition_key, "
-            "document, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (verdict_id) DO NOTHING RETURNING seq",
-            (verdict_id, series_key, kind, owner, partition_key, document, time.time()),
-        ).fetchone()
-        return None if row is None else int(row[0])
+    def add_verdicts(self, entries: Sequence[OutboxEntry]) -> list[int | None]:
+        if not entries:
+            return []
+        source, params = self._store.row_source(
+            ("text", "text", "text", "text", "text", "blob", "real"),
+            [
+                (
+                    e.verdict_id,
+                    e.series_key,
+                    e.kind,
+                    e.owner,
+                    e.partition_key,
+                    e.document,
+                    e.created_at,
+                )
+                for e in entries
+            ],
+        )
+        # Rows are inserted (and numbered) in the order given; RETURNING's order is
+        # not defined, so the numbers are matched by id.
+        inserted = dict(
+            self._execute(
+                "INSERT INTO verdicts (verdict_id, series_key, kind, owner, partition_key, "
+                "document, created_at) SELECT v.column1, v.column2, v.column3, v.column4, "
+                f"v.column5, v.column6, v.column7 FROM {source} WHERE true "
+                "ON CONFLICT (verdict_id) DO NOTHING RETURNING verdict_id, seq",
+                params,
+            ).fetchall()
+        )
+        return [
+            None if (seq := inserted.pop(e.verdict_id, None)) is None else int(seq) for e in entries
+        ]
 
     def mark_published(self, verdict_ids: Sequence[str], published_at: float) -> None:
         self._cursor.executemany(
@@ -417,6 +460,7 @@ class SqlStore(StateStore):
         with self._cursor_in_transaction() as cursor:
             tx = SqlTransaction(self, cursor)
             yield tx
+            tx.write_series()
         tx.run_after_commit()
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:

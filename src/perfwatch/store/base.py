@@ -9,6 +9,8 @@ All writes for one record happen inside one `transaction()`.
 
 from __future__ import annotations
 
+import functools
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -44,7 +46,7 @@ class SeriesKey:
     def of(cls, test: str, metric: str, attributes: Mapping[str, str] | None = None) -> SeriesKey:
         return cls(test, metric, tuple(sorted((attributes or {}).items())))
 
-    @property
+    @functools.cached_property
     def canonical(self) -> str:
         """A stable text form, used as the database key and in verdict ids."""
         return orjson.dumps(
@@ -123,7 +125,11 @@ class StoreTransaction(ABC):
 
     @abstractmethod
     def lock_series(self, keys: Sequence[SeriesKey]) -> dict[SeriesKey, SeriesState]:
-        """Create missing series rows and lock all of them (in key order) until commit."""
+        """Create missing series rows and lock all of them (in key order) until commit.
+
+        A series locked earlier in the same transaction is not read again: the
+        same in-memory state is returned, with every change made to it since.
+        """
 
     @abstractmethod
     def add_points(self, items: Sequence[tuple[SeriesState, Point]]) -> list[int | None]:
@@ -150,9 +156,17 @@ class StoreTransaction(ABC):
     @abstractmethod
     def save_series(self, items: Sequence[tuple[SeriesState, bytes | None]]) -> None:
         """Write series rows (length, params, published change points) with their
-        analyzer states."""
+        analyzer states. Each series' version goes up at once; the rows may be
+        written later in the transaction (at the latest before it commits), with
+        the state the series has then and the last analyzer state given."""
 
     @abstractmethod
+    def add_verdicts(self, entries: Sequence[OutboxEntry]) -> list[int | None]:
+        """Queue verdicts in the outbox (one statement; the entries' `seq` and
+        `published_at` are ignored). Per entry: its outbox number (increasing in
+        the order given and in commit order per owner), or None (nothing written)
+        if its id exists already or came earlier in `entries`."""
+
     def add_verdict(
         self,
         verdict_id: str,
@@ -162,8 +176,18 @@ class StoreTransaction(ABC):
         partition_key: str,
         series_key: str = "",
     ) -> int | None:
-        """Queue a verdict in the outbox; its outbox number (increasing in commit order
-        per owner), or None (nothing written) if the id exists already."""
+        """`add_verdicts` for one verdict."""
+        entry = OutboxEntry(
+            seq=0,
+            verdict_id=verdict_id,
+            owner=owner,
+            kind=kind,
+            series_key=series_key,
+            partition_key=partition_key,
+            document=document,
+            created_at=time.time(),
+        )
+        return self.add_verdicts([entry])[0]
 
     @abstractmethod
     def get_blob(self, namespace: str, key: str) -> bytes | None: ...

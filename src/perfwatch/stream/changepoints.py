@@ -70,7 +70,18 @@ class ChangePointHandler:
         # configured setting -> parameters and their dict form (asdict is slow).
         self._params: dict[tuple[tuple[str, Any], ...], tuple[EDivisiveParams, dict[str, Any]]]
         self._params = {}
+        self._params_by_series: dict[tuple[str, str], tuple[EDivisiveParams, dict[str, Any]]] = {}
         self._analyzers: dict[int, tuple[int, SeriesAnalyzer]] = {}
+
+    def prepare(self, records: Sequence[Record], tx: StoreTransaction) -> None:
+        identifying = self._config.series.identifying_attributes
+        tx.lock_series(
+            [
+                series_key(record, metric, identifying)
+                for record in records
+                for metric in record.metrics
+            ]
+        )
 
     def handle(
         self,
@@ -117,12 +128,18 @@ class ChangePointHandler:
 
     def params_for(self, test: str, metric: str) -> tuple[EDivisiveParams, dict[str, Any]]:
         """The series' parameters and their dict form, built once per distinct setting."""
+        known = self._params_by_series.get((test, metric))
+        if known is not None:
+            return known
         configured = self._config.analyzer_params_for(test, metric)
         setting = tuple(sorted(configured.items()))
         known = self._params.get(setting)
         if known is None:
             params = EDivisiveParams.from_dict(configured)
             known = self._params[setting] = (params, params.to_dict())
+        if len(self._params_by_series) >= MAX_CACHED_ANALYZERS:
+            self._params_by_series.clear()
+        self._params_by_series[test, metric] = known
         return known
 
     def _advance(

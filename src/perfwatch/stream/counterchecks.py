@@ -182,6 +182,11 @@ class CounterCheckHandler:
             "calibrate": self._calibrate,
         }
 
+    def prepare(self, records: Sequence[Record], tx: StoreTransaction) -> None:
+        keys = {record_baseline(r, self._identifying)[0] for r in records if r.counters is not None}
+        for key in sorted(keys):
+            tx.put_blob(COUNTER_BASELINE_LOCK_NAMESPACE, key, b"")
+
     def handle(
         self,
         record: Record,

@@ -21,6 +21,13 @@ from perfwatch.store import StoreTransaction
 
 
 class RecordHandler(Protocol):
+    def prepare(self, records: Sequence[Record], tx: StoreTransaction) -> None:
+        """Take every lock `handle` will need for `records` at the start of their
+        transaction (one transaction may handle a batch of records), each handler
+        after the one before it and in key order: two processors' transactions
+        then never wait for each other in a cycle."""
+        ...
+
     def handle(
         self,
         record: Record,

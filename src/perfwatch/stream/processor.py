@@ -1,10 +1,11 @@
 """The stream processor: receive a batch -> validate -> store -> detect -> publish -> ack.
 
-Per record, the handlers' state changes and the verdicts they produce are
-committed in one store transaction (the verdicts into an outbox), and the
-verdicts are handed to the producer right away. At the end of the batch the
-processor waits for the broker's receipts, records what was published and only
-then acknowledges the batch. docs/processor.md gives the argument for why this
+The handlers' state changes for a batch of records and the verdicts they
+produce are committed in one store transaction (the verdicts into an outbox;
+if that transaction fails, the batch's records are handled one transaction
+each), and the verdicts are handed to the producer right away. The processor
+then waits for the broker's receipts, records what was published and only then
+acknowledges the batch. docs/processor.md gives the argument for why this
 yields every verdict exactly once in effect across crashes of the processor,
 the broker and redelivery.
 
@@ -33,7 +34,7 @@ import pulsar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from perfwatch.config import Config
-from perfwatch.records import RecordError, Verdict, dumps, parse_record
+from perfwatch.records import Record, RecordError, Verdict, dumps, parse_record
 from perfwatch.store import (
     CURSOR_NAMESPACE,
     SEQUENCE_OFFSET_NAMESPACE,
@@ -343,16 +344,18 @@ class Processor:
                 self._publish_outbox(self.name, producer)
                 self._outbox_dirty = False
             unsettled = valid
-            in_flight: list[Pending] = []
-            published_ms: dict[str, int] = {}  # verdict id -> its record's publish time
+            parsed = []
             for message in messages:
                 if message.redelivery_count() > 0:
                     self.metrics.redelivered.inc()
-                queued = self._process(message)
-                if queued is None:
-                    continue
+                record = self._parse(message)
+                if record is not None:
+                    parsed.append((message, record))
+            in_flight: list[Pending] = []
+            published_ms: dict[str, int] = {}  # verdict id -> its record's publish time
+            for message, queued in self._process(parsed):
                 valid.append(message)
-                # Sent at once, confirmed with the batch: low latency, one mark.
+                # Sent at once, confirmed with the batch: one mark for all.
                 in_flight += self._send(self.name, producer, queued)
                 for entry in queued:
                     published_ms[entry.verdict_id] = message.publish_timestamp()
@@ -372,59 +375,89 @@ class Processor:
             self.metrics.latency.observe(elapsed)
         return len(messages)
 
-    def _process(self, message: pulsar.Message) -> list[OutboxEntry] | None:
-        """Handle one message; the verdicts it committed to the outbox, or None if it
-        is already settled (dead-lettered and acknowledged, or negatively acknowledged)."""
-        assert self._consumer is not None
+    def _parse(self, message: pulsar.Message) -> Record | None:
+        """The message's record, or None once a bad one has been dead-lettered."""
         try:
-            record = parse_record(message.data(), max_bytes=self.config.consumer.max_record_bytes)
+            return parse_record(message.data(), max_bytes=self.config.consumer.max_record_bytes)
         except RecordError as err:
             self._dead_letter(message, str(err.kind), err.path, err.message)
             return None
-        try:
-            emitted_at = datetime.now(UTC)
-            queued = []
-            with self.store.transaction() as tx:
+
+    def _process(
+        self, parsed: Sequence[tuple[pulsar.Message, Record]]
+    ) -> list[tuple[pulsar.Message, list[OutboxEntry]]]:
+        """Handle valid records; for each one whose state committed, the verdicts it
+        put in the outbox (the others are dead-lettered or negatively acknowledged).
+
+        A batch commits in one transaction (one commit and a few statements per
+        batch instead of per record); if that fails, its records are handled one
+        transaction each, so only a record that fails on its own is held back.
+        """
+        if len(parsed) > 1:
+            try:
+                return self._commit(parsed)
+            except StoreUnavailable:
+                raise
+            except Exception as err:
+                log.info(
+                    "a batch's transaction failed; handling its records one at a time",
+                    extra={"records": len(parsed), "error": f"{type(err).__name__}: {err}"},
+                )
+        committed = []
+        for message, record in parsed:
+            try:
+                committed += self._commit([(message, record)])
+            except StoreUnavailable:
+                raise
+            except Exception as err:
+                self._hold_back(message, err, traceback.format_exc())
+        return committed
+
+    def _commit(
+        self, parsed: Sequence[tuple[pulsar.Message, Record]]
+    ) -> list[tuple[pulsar.Message, list[OutboxEntry]]]:
+        """Run every handler on the records in one transaction, verdicts into the outbox."""
+        produced_by: list[tuple[pulsar.Message, list[OutboxEntry]]] = []
+        with self.store.transaction() as tx:
+            records = [record for _, record in parsed]
+            for handler in self._handlers:
+                handler.prepare(records, tx)
+            for message, record in parsed:
+                emitted_at = datetime.now(UTC)
                 produced: list[Verdict] = []
                 for handler in self._handlers:
-                    verdicts = handler.handle(record, tx, emitted_at, tuple(produced))
-                    produced.extend(verdicts)
-                    for verdict in verdicts:
-                        entry = self._outbox_entry(verdict, record.test)
-                        seq = tx.add_verdict(
-                            entry.verdict_id,
-                            entry.kind,
-                            entry.document,
-                            entry.owner,
-                            entry.partition_key,
-                            entry.series_key,
-                        )
-                        if seq is not None:
-                            queued.append(replace(entry, seq=seq))
-        except StoreUnavailable:
-            raise
-        except Exception as err:
-            if message.redelivery_count() >= self.config.consumer.max_redeliveries:
-                self._dead_letter(
-                    message,
-                    PROCESSING_ERROR,
-                    "$",
-                    f"{type(err).__name__}: {err}",
-                    trace=traceback.format_exc(),
-                )
-            else:
-                log.warning(
-                    "processing a record failed; it will be redelivered",
-                    extra={
-                        "message_id": str(message.message_id()),
-                        "redelivery_count": message.redelivery_count(),
-                        "error": f"{type(err).__name__}: {err}",
-                    },
-                )
-                self._consumer.negative_acknowledge(message)
-            return None
-        self.metrics.records_processed.inc()
-        return queued
+                    produced += handler.handle(record, tx, emitted_at, tuple(produced))
+                entries = [self._outbox_entry(verdict, record.test) for verdict in produced]
+                produced_by.append((message, entries))
+            numbers = iter(tx.add_verdicts([e for _, entries in produced_by for e in entries]))
+        self.metrics.records_processed.inc(len(parsed))
+        committed = []
+        for message, entries in produced_by:
+            # None: the verdict id was in the outbox already (a redelivered record)
+            numbered = [(entry, next(numbers)) for entry in entries]
+            committed.append(
+                (message, [replace(entry, seq=seq) for entry, seq in numbered if seq is not None])
+            )
+        return committed
+
+    def _hold_back(self, message: pulsar.Message, err: Exception, trace: str) -> None:
+        """A valid record whose processing raised: redelivered later, or dead-lettered
+        with the traceback once it has been redelivered `max_redeliveries` times."""
+        assert self._consumer is not None
+        if message.redelivery_count() >= self.config.consumer.max_redeliveries:
+            self._dead_letter(
+                message, PROCESSING_ERROR, "$", f"{type(err).__name__}: {err}", trace=trace
+            )
+            return
+        log.warning(
+            "processing a record failed; it will be redelivered",
+            extra={
+                "message_id": str(message.message_id()),
+                "redelivery_count": message.redelivery_count(),
+                "error": f"{type(err).__name__}: {err}",
+            },
+        )
+        self._consumer.negative_acknowledge(message)
 
     def _outbox_entry(self, verdict: Verdict, partition_key: str) -> OutboxEntry:
         series = verdict.series

@@ -143,6 +143,15 @@ class InputsHandler:
         }
         self._clusterings: OrderedDict[str, tuple[int, InputClustering]] = OrderedDict()
 
+    def prepare(self, records: Sequence[Record], tx: StoreTransaction) -> None:
+        keys = {
+            record_baseline(r, self._identifying)[0]
+            for r in records
+            if r.inputs is not None and r.inputs.kind == "full_suite"
+        }
+        for key in sorted(keys):
+            tx.put_blob(BASELINE_LOCK_NAMESPACE, key, b"")
+
     def handle(
         self,
         record: Record,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -258,8 +261,8 @@ def test_reopen_keeps_data_and_does_not_migrate_twice(store_url: str) -> None:
 
 def test_refuses_a_newer_schema(store_url: str) -> None:
     with open_store(store_url) as store, store.transaction() as tx:
-        tx._cursor.execute(  # type: ignore[attr-defined]
-            store.dialect("UPDATE meta SET value = ? WHERE key = 'schema_version'"), ("99",)
+        tx.execute(  # type: ignore[attr-defined]
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", ("99",)
         )
     with pytest.raises(StoreError, match="schema version 99 is newer"):
         open_store(store_url)
@@ -304,6 +307,24 @@ def test_postgres_series_lock_serialises_two_processors(postgres_url: str) -> No
 
 
 @pytest.mark.postgres
+def _open_and_close(url: str) -> str:
+    try:
+        open_store(url).close()
+    except Exception as err:  # reported to the test, not raised in a worker
+        return f"{type(err).__name__}: {err}"
+    return "ok"
+
+
+def test_postgres_stores_opened_at_once_all_start(postgres_url: str) -> None:
+    """Processors starting together wait for each other's migration check; each
+    must read the schema version, not the result of the lock it waited for."""
+    open_store(postgres_url).close()
+    context = multiprocessing.get_context("spawn")  # no copies of the test process's threads
+    with ProcessPoolExecutor(4, mp_context=context) as pool:
+        outcomes = Counter(pool.map(_open_and_close, [postgres_url] * 300))
+    assert outcomes == {"ok": 300}
+
+
 def test_postgres_concurrent_writers_lose_no_point(postgres_url: str) -> None:
     keys = [SeriesKey.of("t", f"m{i}") for i in range(4)]
 

@@ -140,22 +140,26 @@ def _outbox_from_row(row: Sequence[Any]) -> OutboxEntry:
 
 
 class SqlTransaction(StoreTransaction):
-    def __init__(self, store: SqlStore, cursor: Any) -> None:
+    def __init__(self, store: SqlStore) -> None:
         super().__init__()
         self._store = store
-        self._cursor = cursor
         self._locked: dict[SeriesKey, SeriesState] = {}
         # series_id -> (series, its last analyzer state): rows `write_series` writes
         self._unsaved: dict[int, tuple[SeriesState, bytes | None]] = {}
 
-    def _execute(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> Any:
-        """Run a statement; `binary` asks for results in the driver's binary format
-        where it has one (large numeric arrays decode much faster)."""
+    def execute(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> Any:
+        """Run a statement; the cursor holding its result. `binary` asks for results in
+        the driver's binary format where it has one (large numeric arrays decode much
+        faster)."""
+        # A cursor per statement: in pipeline mode, a cursor that also ran earlier
+        # statements can receive their results after this one was sent, and a
+        # fetch would then return one of those instead of this statement's.
+        cursor = self._store.new_cursor()
         if binary and self._store.binary_results:
-            self._cursor.execute(self._store.dialect(sql), params, binary=True)
+            cursor.execute(self._store.dialect(sql), params, binary=True)
         else:
-            self._cursor.execute(self._store.dialect(sql), params)
-        return self._cursor
+            cursor.execute(self._store.dialect(sql), params)
+        return cursor
 
     def lock_series(self, keys: Sequence[SeriesKey]) -> dict[SeriesKey, SeriesState]:
         # Existing rows are locked in key order, then missing ones inserted in key
@@ -166,7 +170,7 @@ class SqlTransaction(StoreTransaction):
             missing = [(canonical, key) for canonical, key in ordered if key not in states]
             if missing:
                 rows = ", ".join("(?, ?, ?)" for _ in missing)
-                self._execute(
+                self.execute(
                     f"INSERT INTO series (series_key, test, metric) VALUES {rows} "
                     "ON CONFLICT (series_key) DO NOTHING",
                     [
@@ -184,7 +188,7 @@ class SqlTransaction(StoreTransaction):
     def _select_for_update(self, keys: dict[str, SeriesKey]) -> dict[SeriesKey, SeriesState]:
         """Lock the rows of these series (canonical form -> key) that exist."""
         marks = ", ".join("?" for _ in keys)
-        rows = self._execute(
+        rows = self.execute(
             f"SELECT {_SERIES_COLUMNS} FROM series WHERE series_key IN ({marks}) "
             f"ORDER BY series_key{self._store.lock_clause}",
             list(keys),
@@ -212,7 +216,7 @@ class SqlTransaction(StoreTransaction):
         # "WHERE true": SQLite needs it to tell ON CONFLICT from a join clause.
         inserted = {
             row[0]
-            for row in self._execute(
+            for row in self.execute(
                 "INSERT INTO points (series_id, run_id, ts, arrival, value, commit_id, time) "
                 "SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, "
                 f"v.column7 FROM {source} WHERE true "
@@ -233,7 +237,7 @@ class SqlTransaction(StoreTransaction):
         else:
             # A late run: it follows every point with a timestamp not after its own
             # (equal timestamps arrived earlier), and precedes the rest.
-            position = self._execute(
+            position = self.execute(
                 "SELECT COUNT(*) FROM points WHERE series_id = ? AND ts <= ? AND run_id <> ?",
                 (series.series_id, point.timestamp, point.run_id),
             ).fetchone()[0]
@@ -243,7 +247,7 @@ class SqlTransaction(StoreTransaction):
 
     def points(self, series_id: int, start: int = 0, stop: int | None = None) -> list[Point]:
         limit = _NO_LIMIT if stop is None else max(stop - start, 0)
-        rows = self._execute(
+        rows = self.execute(
             f"SELECT {_POINT_COLUMNS} FROM points WHERE series_id = ? "
             "ORDER BY ts, arrival LIMIT ? OFFSET ?",
             (series_id, limit, start),
@@ -256,14 +260,14 @@ class SqlTransaction(StoreTransaction):
         marks = ", ".join("?" for _ in series_ids)
         aggregate = self._store.ordered_values_aggregate
         if aggregate is not None:  # one row per series
-            rows = self._execute(
+            rows = self.execute(
                 f"SELECT series_id, {aggregate} FROM points WHERE series_id IN ({marks}) "
                 "GROUP BY series_id",
                 list(series_ids),
                 binary=True,
             ).fetchall()
             return {series_id: np.array(values, dtype=np.float64) for series_id, values in rows}
-        rows = self._execute(
+        rows = self.execute(
             f"SELECT series_id, value FROM points WHERE series_id IN ({marks}) "
             "ORDER BY series_id, ts, arrival",
             list(series_ids),
@@ -282,7 +286,7 @@ class SqlTransaction(StoreTransaction):
             return {}
         self.write_series()  # a state saved earlier in this transaction is read back
         marks = ", ".join("?" for _ in series_ids)
-        rows = self._execute(
+        rows = self.execute(
             f"SELECT series_id, analyzer_state FROM series WHERE series_id IN ({marks}) "
             "AND analyzer_state IS NOT NULL",
             list(series_ids),
@@ -318,7 +322,7 @@ class SqlTransaction(StoreTransaction):
         source, params = self._store.row_source(
             ("int", "int", "real", "int", "int", "text", "blob", "text"), rows
         )
-        self._execute(
+        self.execute(
             "UPDATE series SET length = v.column2, max_timestamp = v.column3, "
             "next_arrival = v.column4, version = v.column5, analyzer_params = v.column6, "
             f"analyzer_state = v.column7, published = v.column8 FROM {source} "
@@ -347,7 +351,7 @@ class SqlTransaction(StoreTransaction):
         # Rows are inserted (and numbered) in the order given; RETURNING's order is
         # not defined, so the numbers are matched by id.
         inserted = dict(
-            self._execute(
+            self.execute(
                 "INSERT INTO verdicts (verdict_id, series_key, kind, owner, partition_key, "
                 "document, created_at) SELECT v.column1, v.column2, v.column3, v.column4, "
                 f"v.column5, v.column6, v.column7 FROM {source} WHERE true "
@@ -360,7 +364,7 @@ class SqlTransaction(StoreTransaction):
         ]
 
     def mark_published(self, verdict_ids: Sequence[str], published_at: float) -> None:
-        self._cursor.executemany(
+        self._store.new_cursor().executemany(
             self._store.dialect(
                 "UPDATE verdicts SET published_at = ? WHERE verdict_id = ? AND published_at IS NULL"
             ),
@@ -368,13 +372,13 @@ class SqlTransaction(StoreTransaction):
         )
 
     def get_blob(self, namespace: str, key: str) -> bytes | None:
-        row = self._execute(
+        row = self.execute(
             "SELECT value FROM blobs WHERE namespace = ? AND key = ?", (namespace, key)
         ).fetchone()
         return None if row is None else bytes(row[0])
 
     def put_blob(self, namespace: str, key: str, value: bytes) -> None:
-        self._execute(
+        self.execute(
             "INSERT INTO blobs (namespace, key, value, updated_at) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
             "updated_at = excluded.updated_at",
@@ -406,7 +410,7 @@ class SqlStore(StateStore):
     def _connect(self) -> Any: ...
 
     @abstractmethod
-    def _lock_migrations(self, cursor: Any) -> None:
+    def _lock_migrations(self, tx: SqlTransaction) -> None:
         """Serialise concurrent migrations (runs inside the migration transaction)."""
 
     def row_source(
@@ -428,22 +432,25 @@ class SqlStore(StateStore):
         together with the next one that is read (one round trip instead of several)."""
         return nullcontext()
 
+    def new_cursor(self) -> Any:
+        return self._connection.cursor()
+
     @contextmanager
-    def _cursor_in_transaction(self) -> Iterator[Any]:
+    def _sql_transaction(self) -> Iterator[SqlTransaction]:
         with self._lock, self._translate_errors():
-            cursor = self._connection.cursor()
+            control = self._connection.cursor()
             try:
                 with self._batched():
-                    cursor.execute(self.begin_sql)
-                    yield cursor
-                    cursor.execute("COMMIT")
+                    control.execute(self.begin_sql)
+                    yield SqlTransaction(self)
+                    control.execute("COMMIT")
             except BaseException:
                 # Outside the batch: after an error a batch discards what follows.
                 if not self._connection_lost():
-                    cursor.execute("ROLLBACK")
+                    control.execute("ROLLBACK")
                 raise
             finally:
-                cursor.close()
+                control.close()
 
     @contextmanager
     def _translate_errors(self) -> Iterator[None]:
@@ -457,8 +464,7 @@ class SqlStore(StateStore):
 
     @contextmanager
     def transaction(self) -> Iterator[StoreTransaction]:
-        with self._cursor_in_transaction() as cursor:
-            tx = SqlTransaction(self, cursor)
+        with self._sql_transaction() as tx:
             yield tx
             tx.write_series()
         tx.run_after_commit()
@@ -473,11 +479,10 @@ class SqlStore(StateStore):
                 cursor.close()
 
     def _migrate(self) -> None:
-        with self._cursor_in_transaction() as cursor:
-            self._lock_migrations(cursor)
-            cursor.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-            cursor.execute("SELECT value FROM meta WHERE key = 'schema_version'")
-            row = cursor.fetchone()
+        with self._sql_transaction() as tx:
+            self._lock_migrations(tx)
+            tx.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            row = tx.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             current = int(row[0]) if row else 0
             if current > len(MIGRATIONS):
                 raise StoreError(
@@ -486,13 +491,11 @@ class SqlStore(StateStore):
                 )
             for version, statements in enumerate(MIGRATIONS[current:], start=current + 1):
                 for statement in (*statements, *self.dialect_migrations.get(version, ())):
-                    cursor.execute(statement.format(**self.types))
+                    tx.execute(statement.format(**self.types))
             if current < len(MIGRATIONS):
-                cursor.execute(
-                    self.dialect(
-                        "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-                    ),
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (str(len(MIGRATIONS)),),
                 )
 
@@ -518,8 +521,7 @@ class SqlStore(StateStore):
     def mark_published(
         self, verdict_ids: Sequence[str], cursor: tuple[str, bytes] | None = None
     ) -> None:
-        with self._cursor_in_transaction() as raw_cursor:
-            tx = SqlTransaction(self, raw_cursor)
+        with self._sql_transaction() as tx:
             if verdict_ids:
                 tx.mark_published(verdict_ids, time.time())
             if cursor is not None:

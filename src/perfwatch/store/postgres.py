@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from perfwatch.store._sql import SqlStore
+from perfwatch.store._sql import SqlStore, SqlTransaction
 from perfwatch.store.base import StoreError
 
 # Arbitrary constant naming perfwatch's schema-migration advisory lock.
@@ -63,8 +63,8 @@ class PostgresStore(SqlStore):
         except psycopg.Error as err:
             raise StoreError(f"{_redacted(self.url)}: cannot connect: {err}") from err
 
-    def _lock_migrations(self, cursor: psycopg.Cursor) -> None:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_ID,))
+    def _lock_migrations(self, tx: SqlTransaction) -> None:
+        tx.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_ID,))
 
     def _connection_lost(self) -> bool:
         return bool(self._connection.closed or self._connection.broken)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-from perfwatch.store._sql import SqlStore
+from perfwatch.store._sql import SqlStore, SqlTransaction
 from perfwatch.store.base import StoreError
 
 SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
@@ -55,7 +55,7 @@ class SqliteStore(SqlStore):
             raise StoreError(f"{self.url}: cannot open the state store: {err}") from err
         return connection
 
-    def _lock_migrations(self, cursor: sqlite3.Cursor) -> None:
+    def _lock_migrations(self, tx: SqlTransaction) -> None:
         """BEGIN IMMEDIATE already holds the database's write lock."""
 
     def _connection_lost(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import tempfile
 import threading
 import time
@@ -25,6 +26,7 @@ from perfwatch.store import (
     StoreError,
     open_store,
 )
+from perfwatch.store.sqlite import SqliteStore
 
 
 @pytest.fixture
@@ -170,6 +172,37 @@ def test_a_transaction_locks_a_series_once_and_writes_its_last_state(
         stored = tx.lock_series([KEY])[KEY]
         assert (stored.length, stored.version, stored.published) == (2, 3, [{"index": 1}])
         assert tx.analyzer_states([stored.series_id]) == {stored.series_id: b"third"}
+
+
+def test_statements_too_big_for_one_go_are_split(store: StateStore) -> None:
+    """A batch of wide records can touch more series than one statement takes
+    parameters for (PostgreSQL: 65 535); the store splits such statements."""
+    store.parameter_limit = 20  # type: ignore[attr-defined]
+    if isinstance(store, SqliteStore):  # SQLite can also be made to refuse more
+        store._connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 20)
+    keys = [SeriesKey.of(f"t{i // 10}", f"m{i % 10}") for i in range(47)]
+    with store.transaction() as tx:
+        locked = tx.lock_series(keys)
+        positions = tx.add_points(
+            [(locked[k], Point("r1", float(i), 1.0)) for i, k in enumerate(keys)]
+        )
+        assert positions == [0] * len(keys)
+        tx.save_series([(locked[k], k.canonical.encode()) for k in keys])
+        ids = [locked[k].series_id for k in keys]
+        values = tx.series_values(ids)
+        assert [values[i].tolist() for i in ids] == [[float(i)] for i in range(len(keys))]
+        states = tx.analyzer_states(ids)
+        assert [states[i] for i in ids] == [k.canonical.encode() for k in keys]
+        entries = [
+            OutboxEntry(0, f"v{i}", "me", "change_point.detected", "s", "t", b"{}", 1.0)
+            for i in range(10)
+        ]
+        numbers = tx.add_verdicts([*entries, entries[0]])
+    assert numbers[-1] is None and sorted(numbers[:-1]) == numbers[:-1]  # type: ignore[type-var]
+    with store.transaction() as tx:
+        again = tx.lock_series(keys)
+        assert [again[k].version for k in keys] == [1] * len(keys)
+    assert store.series_count() == len(keys)
 
 
 def test_verdicts_added_together_are_numbered_in_order_once_each(store: StateStore) -> None:

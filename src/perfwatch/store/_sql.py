@@ -11,7 +11,7 @@ import time
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import orjson
@@ -29,6 +29,7 @@ from perfwatch.store.base import (
 )
 
 _NO_LIMIT = 2**62  # both dialects accept a number; they disagree on "no limit"
+_Item = TypeVar("_Item")
 
 # Migrations in order; the schema version is the number applied.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -161,13 +162,20 @@ class SqlTransaction(StoreTransaction):
             cursor.execute(self._store.dialect(sql), params)
         return cursor
 
+    def _chunks(self, items: Sequence[_Item], parameters_each: int) -> Iterator[Sequence[_Item]]:
+        """`items` in consecutive slices whose parameters fit in one statement
+        (a batch of wide records can need more than the database takes)."""
+        size = max(1, self._store.parameter_limit // parameters_each)
+        for start in range(0, len(items), size):
+            yield items[start : start + size]
+
     def lock_series(self, keys: Sequence[SeriesKey]) -> dict[SeriesKey, SeriesState]:
-        # Existing rows are locked in key order, then missing ones inserted in key
-        # order: two processors cannot wait for each other in a cycle.
+        # In key order, chunk by chunk: a chunk's existing rows are locked, then its
+        # missing ones inserted; two processors cannot wait for each other in a cycle.
         ordered = sorted({k.canonical: k for k in keys if k not in self._locked}.items())
-        if ordered:
-            states = self._select_for_update(dict(ordered))
-            missing = [(canonical, key) for canonical, key in ordered if key not in states]
+        for chunk in self._chunks(ordered, 3):  # the insert takes three per key
+            states = self._select_for_update(dict(chunk))
+            missing = [(canonical, key) for canonical, key in chunk if key not in states]
             if missing:
                 rows = ", ".join("(?, ?, ?)" for _ in missing)
                 self.execute(
@@ -180,7 +188,7 @@ class SqlTransaction(StoreTransaction):
                     ],
                 )
                 states.update(self._select_for_update(dict(missing)))
-            if len(states) != len(ordered):
+            if len(states) != len(chunk):
                 raise StoreError("series rows vanished while locking them")
             self._locked.update(states)
         return {key: self._locked[key] for key in keys}
@@ -196,34 +204,34 @@ class SqlTransaction(StoreTransaction):
         return {keys[row[1]]: _series_from_row(row, keys[row[1]]) for row in rows}
 
     def add_points(self, items: Sequence[tuple[SeriesState, Point]]) -> list[int | None]:
-        if not items:
-            return []
-        source, params = self._store.row_source(
-            ("int", "text", "real", "int", "real", "text", "text"),
-            [
-                (
-                    series.series_id,
-                    point.run_id,
-                    point.timestamp,
-                    series.next_arrival,
-                    point.value,
-                    point.commit,
-                    point.time,
-                )
-                for series, point in items
-            ],
-        )
-        # "WHERE true": SQLite needs it to tell ON CONFLICT from a join clause.
-        inserted = {
-            row[0]
-            for row in self.execute(
-                "INSERT INTO points (series_id, run_id, ts, arrival, value, commit_id, time) "
-                "SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, "
-                f"v.column7 FROM {source} WHERE true "
-                "ON CONFLICT (series_id, run_id) DO NOTHING RETURNING series_id",
-                params,
-            ).fetchall()
-        }
+        inserted: set[int] = set()
+        for chunk in self._chunks(items, 7):
+            source, params = self._store.row_source(
+                ("int", "text", "real", "int", "real", "text", "text"),
+                [
+                    (
+                        series.series_id,
+                        point.run_id,
+                        point.timestamp,
+                        series.next_arrival,
+                        point.value,
+                        point.commit,
+                        point.time,
+                    )
+                    for series, point in chunk
+                ],
+            )
+            # "WHERE true": SQLite needs it to tell ON CONFLICT from a join clause.
+            inserted.update(
+                row[0]
+                for row in self.execute(
+                    "INSERT INTO points (series_id, run_id, ts, arrival, value, commit_id, "
+                    "time) SELECT v.column1, v.column2, v.column3, v.column4, v.column5, "
+                    f"v.column6, v.column7 FROM {source} WHERE true "
+                    "ON CONFLICT (series_id, run_id) DO NOTHING RETURNING series_id",
+                    params,
+                ).fetchall()
+            )
         return [
             self._place(series, point) if series.series_id in inserted else None
             for series, point in items
@@ -255,8 +263,12 @@ class SqlTransaction(StoreTransaction):
         return [_point_from_row(row) for row in rows]
 
     def series_values(self, series_ids: Sequence[int]) -> dict[int, np.ndarray]:
-        if not series_ids:
-            return {}
+        values: dict[int, np.ndarray] = {}
+        for chunk in self._chunks(series_ids, 1):
+            values.update(self._series_values(chunk))
+        return values
+
+    def _series_values(self, series_ids: Sequence[int]) -> dict[int, np.ndarray]:
         marks = ", ".join("?" for _ in series_ids)
         aggregate = self._store.ordered_values_aggregate
         if aggregate is not None:  # one row per series
@@ -285,13 +297,16 @@ class SqlTransaction(StoreTransaction):
         if not series_ids:
             return {}
         self.write_series()  # a state saved earlier in this transaction is read back
-        marks = ", ".join("?" for _ in series_ids)
-        rows = self.execute(
-            f"SELECT series_id, analyzer_state FROM series WHERE series_id IN ({marks}) "
-            "AND analyzer_state IS NOT NULL",
-            list(series_ids),
-        ).fetchall()
-        return {series_id: bytes(state) for series_id, state in rows}
+        states = {}
+        for chunk in self._chunks(series_ids, 1):
+            marks = ", ".join("?" for _ in chunk)
+            rows = self.execute(
+                f"SELECT series_id, analyzer_state FROM series WHERE series_id IN ({marks}) "
+                "AND analyzer_state IS NOT NULL",
+                list(chunk),
+            ).fetchall()
+            states.update((series_id, bytes(state)) for series_id, state in rows)
+        return states
 
     def save_series(self, items: Sequence[tuple[SeriesState, bytes | None]]) -> None:
         for series, analyzer_state in items:
@@ -319,46 +334,47 @@ class SqlTransaction(StoreTransaction):
                 )
             )
         self._unsaved.clear()
-        source, params = self._store.row_source(
-            ("int", "int", "real", "int", "int", "text", "blob", "text"), rows
-        )
-        self.execute(
-            "UPDATE series SET length = v.column2, max_timestamp = v.column3, "
-            "next_arrival = v.column4, version = v.column5, analyzer_params = v.column6, "
-            f"analyzer_state = v.column7, published = v.column8 FROM {source} "
-            "WHERE series.series_id = v.column1",
-            params,
-        )
+        for chunk in self._chunks(rows, 8):
+            source, params = self._store.row_source(
+                ("int", "int", "real", "int", "int", "text", "blob", "text"), chunk
+            )
+            self.execute(
+                "UPDATE series SET length = v.column2, max_timestamp = v.column3, "
+                "next_arrival = v.column4, version = v.column5, analyzer_params = v.column6, "
+                f"analyzer_state = v.column7, published = v.column8 FROM {source} "
+                "WHERE series.series_id = v.column1",
+                params,
+            )
 
     def add_verdicts(self, entries: Sequence[OutboxEntry]) -> list[int | None]:
-        if not entries:
-            return []
-        source, params = self._store.row_source(
-            ("text", "text", "text", "text", "text", "blob", "real"),
-            [
-                (
-                    e.verdict_id,
-                    e.series_key,
-                    e.kind,
-                    e.owner,
-                    e.partition_key,
-                    e.document,
-                    e.created_at,
-                )
-                for e in entries
-            ],
-        )
-        # Rows are inserted (and numbered) in the order given; RETURNING's order is
-        # not defined, so the numbers are matched by id.
-        inserted = dict(
-            self.execute(
-                "INSERT INTO verdicts (verdict_id, series_key, kind, owner, partition_key, "
-                "document, created_at) SELECT v.column1, v.column2, v.column3, v.column4, "
-                f"v.column5, v.column6, v.column7 FROM {source} WHERE true "
-                "ON CONFLICT (verdict_id) DO NOTHING RETURNING verdict_id, seq",
-                params,
-            ).fetchall()
-        )
+        inserted: dict[str, int] = {}
+        for chunk in self._chunks(entries, 7):
+            source, params = self._store.row_source(
+                ("text", "text", "text", "text", "text", "blob", "real"),
+                [
+                    (
+                        e.verdict_id,
+                        e.series_key,
+                        e.kind,
+                        e.owner,
+                        e.partition_key,
+                        e.document,
+                        e.created_at,
+                    )
+                    for e in chunk
+                ],
+            )
+            # Rows are inserted (and numbered) in the order given; RETURNING's order
+            # is not defined, so the numbers are matched by id.
+            inserted.update(
+                self.execute(
+                    "INSERT INTO verdicts (verdict_id, series_key, kind, owner, partition_key, "
+                    "document, created_at) SELECT v.column1, v.column2, v.column3, v.column4, "
+                    f"v.column5, v.column6, v.column7 FROM {source} WHERE true "
+                    "ON CONFLICT (verdict_id) DO NOTHING RETURNING verdict_id, seq",
+                    params,
+                ).fetchall()
+            )
         return [
             None if (seq := inserted.pop(e.verdict_id, None)) is None else int(seq) for e in entries
         ]
@@ -404,10 +420,16 @@ class SqlStore(StateStore):
         self.url = url
         self._lock = threading.RLock()
         self._connection = self._connect()
+        self.parameter_limit = self._parameter_limit()
         self._migrate()
 
     @abstractmethod
     def _connect(self) -> Any: ...
+
+    def _parameter_limit(self) -> int:
+        """The most parameters one statement may have (PostgreSQL's protocol counts
+        them in 16 bits)."""
+        return 65_535
 
     @abstractmethod
     def _lock_migrations(self, tx: SqlTransaction) -> None:

@@ -55,6 +55,9 @@ class SqliteStore(SqlStore):
             raise StoreError(f"{self.url}: cannot open the state store: {err}") from err
         return connection
 
+    def _parameter_limit(self) -> int:
+        return int(self._connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+
     def _lock_migrations(self, tx: SqlTransaction) -> None:
         """BEGIN IMMEDIATE already holds the database's write lock."""
 

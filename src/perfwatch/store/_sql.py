@@ -6,6 +6,7 @@ type slots; a backend rewrites them once for its driver.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from abc import abstractmethod
@@ -91,18 +92,13 @@ _VERDICT_COLUMNS = (
 )
 
 
-# Analyzer parameters as stored -> as read: most series share a few settings.
-_MAX_CACHED_PARAMS = 256
-_PARAMS_READ: dict[str, dict[str, Any]] = {}
+@functools.lru_cache(maxsize=256)  # most series share a few parameter settings
+def _parsed_params(text: str) -> dict[str, Any]:
+    return orjson.loads(text)
 
 
 def _params_from_text(text: str) -> dict[str, Any]:
-    known = _PARAMS_READ.get(text)
-    if known is None:
-        if len(_PARAMS_READ) >= _MAX_CACHED_PARAMS:
-            _PARAMS_READ.clear()
-        known = _PARAMS_READ[text] = orjson.loads(text)
-    return dict(known)  # the caller's own copy: the cached one must not change
+    return dict(_parsed_params(text))  # the caller's own copy: the cached one must not change
 
 
 def _series_from_row(row: Sequence[Any], key: SeriesKey | None = None) -> SeriesState:

@@ -1,7 +1,7 @@
 """PostgreSQL state store (psycopg 3): shared by several processors.
 
 Series rows are locked (SELECT ... FOR UPDATE, in key order) for the length of
-a record's transaction, so two processors handed the same test during a
+a batch's transaction, so two processors handed the same test during a
 rebalance take turns instead of interleaving.
 """
 

@@ -13,8 +13,11 @@ and the results are checked to be identical):
                 the series is built by appending from 900 points, the time is
                 per append
 Also reported: perfwatch default mode (not compared: its results differ by design).
-The ratio is Otava time / perfwatch time (median of repeats; perfwatch compiled
-and warm; Otava's time is for one run where a repeat would take too long).
+The ratio is Otava time / perfwatch time (median of repeats; Otava's time is for
+one run where a repeat would take too long). Otava runs in an environment of its
+own (it pins older numpy and scipy), made on first use or named by
+PERFWATCH_OTAVA_PYTHON (tests/otava_reference.py); both sides time their own
+calls on the same data, so process start-up and data transfer are not counted.
 """
 
 from __future__ import annotations
@@ -24,17 +27,15 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from perfwatch.detectors.analyzer import SeriesAnalyzer
 from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
 
-try:
-    from otava.analysis import compute_change_points
-    from otava.series import AnalysisOptions, Metric, Series
-except ImportError:  # pragma: no cover
-    sys.exit("apache-otava is not installed: pip install 'apache-otava==0.8.0'")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from otava_reference import OtavaReference
 
 COMPAT = EDivisiveParams(compat="otava")
 DEFAULT = EDivisiveParams()
@@ -67,9 +68,8 @@ def timeit(fn, min_time: float = 0.3, max_reps: int = 50) -> float:
     return statistics.median(times)
 
 
-def otava_cps(values: np.ndarray) -> list[tuple[int, float, float]]:
-    cps, _ = compute_change_points([float(v) for v in values])
-    return [(int(c.index), float(c.stats.pvalue), float(c.stats.change_magnitude())) for c in cps]
+def otava_cps(otava: OtavaReference, values: np.ndarray) -> list[tuple[int, float, float]]:
+    return [(c["index"], c["pvalue"], c["magnitude"]) for c in otava.change_points(values)]
 
 
 def ours(values: np.ndarray, params: EDivisiveParams = COMPAT) -> list[tuple[int, float, float]]:
@@ -83,16 +83,11 @@ def same(a, b) -> bool:
     )
 
 
-def bench_full(rng, n: int, otava_reps: bool) -> dict:
+def bench_full(otava: OtavaReference, rng, n: int, otava_reps: int) -> dict:
     x = make_series(rng, n)
-    ours(x)  # compile / warm
-    lst = [float(v) for v in x]
-    if otava_reps:
-        t_otava = timeit(lambda: compute_change_points(list(lst)), min_time=1.0, max_reps=5)
-    else:
-        t0 = time.perf_counter()
-        compute_change_points(list(lst))
-        t_otava = time.perf_counter() - t0
+    ours(x)  # warm
+    request = {"op": "time_change_points", "values": x.tolist(), "repeats": otava_reps}
+    t_otava = statistics.median(otava.ask(request)["seconds"])
     t_ours = timeit(lambda: detect_change_points(x, COMPAT))
     t_default = timeit(lambda: detect_change_points(x, DEFAULT))
     return {
@@ -101,16 +96,14 @@ def bench_full(rng, n: int, otava_reps: bool) -> dict:
         "perfwatch_s": t_ours,
         "ratio": t_otava / t_ours,
         "perfwatch_default_s": t_default,
-        "identical": same(otava_cps(x), ours(x)),
+        "identical": same(otava_cps(otava, x), ours(x)),
     }
 
 
-def bench_batch(rng, count: int, n: int) -> dict:
+def bench_batch(otava: OtavaReference, rng, count: int, n: int) -> dict:
     series = [make_series(rng, n) for _ in range(count)]
-    lists = [[float(v) for v in s] for s in series]
-    t0 = time.perf_counter()
-    o = [compute_change_points(list(s))[0] for s in lists]
-    t_otava = time.perf_counter() - t0
+    reply = otava.ask({"op": "time_batch", "series": [s.tolist() for s in series]})
+    t_otava = reply["seconds"]
 
     def run(params):
         return [detect_change_points(s, params) for s in series]
@@ -121,10 +114,10 @@ def bench_batch(rng, count: int, n: int) -> dict:
     mine = run(COMPAT)
     identical = all(
         same(
-            [(int(c.index), float(c.stats.pvalue), float(c.stats.change_magnitude())) for c in a],
+            [(c["index"], c["pvalue"], c["magnitude"]) for c in a],
             [(c.index, c.pvalue, c.magnitude) for c in b],
         )
-        for a, b in zip(o, mine, strict=True)
+        for a, b in zip(reply["change_points"], mine, strict=True)
     )
     return {
         "case": f"batch-{count}x{n}",
@@ -136,17 +129,11 @@ def bench_batch(rng, count: int, n: int) -> dict:
     }
 
 
-def bench_append(rng, n: int, start: int) -> dict:
+def bench_append(otava: OtavaReference, rng, n: int, start: int) -> dict:
     x = make_series(rng, n)
     # Otava: AnalyzedSeries over one metric, then append one point at a time
-    series = Series(
-        "bench", None, list(range(start)), {"m": Metric()}, {"m": [float(v) for v in x[:start]]}, {}
-    )
-    analyzed = series.analyze(AnalysisOptions())
-    t0 = time.perf_counter()
-    for i in range(start, n):
-        analyzed.append([i], {"m": [float(x[i])]}, {})
-    t_otava = (time.perf_counter() - t0) / (n - start)
+    appended = otava.ask({"op": "time_appends", "values": x.tolist(), "start": start})
+    t_otava = appended["seconds_per_append"]
 
     def grow(params):
         a = SeriesAnalyzer(params)
@@ -161,7 +148,7 @@ def bench_append(rng, n: int, start: int) -> dict:
     t_default, _ = min((grow(DEFAULT) for _ in range(3)), key=lambda r: r[0])
     full = ours(x)
     mine = [(c.index, c.pvalue, c.magnitude) for c in a.change_points_]
-    otava_full = otava_cps(x)
+    otava_full = otava_cps(otava, x)
     return {
         "case": f"append-1-to-{n}",
         "otava_s": t_otava,
@@ -171,8 +158,7 @@ def bench_append(rng, n: int, start: int) -> dict:
         # the analyzer equals a full recomputation, which equals Otava's full analysis
         # (Otava's own incremental append may differ from its full analysis)
         "identical": same(mine, full) and same(full, otava_full),
-        "otava_append_equals_otava_full": [c.index for c in analyzed.change_points["m"]]
-        == [i for i, _, _ in otava_full],
+        "otava_append_equals_otava_full": appended["indices"] == [i for i, _, _ in otava_full],
     }
 
 
@@ -185,13 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     sizes = [100, 1_000, 10_000] if args.quick else [100, 1_000, 10_000, 100_000]
     results = []
-    for n in sizes:
-        results.append(bench_full(rng, n, otava_reps=n <= 10_000))
+    with OtavaReference() as otava:
+        for n in sizes:
+            results.append(bench_full(otava, rng, n, otava_reps=3 if n <= 10_000 else 1))
+            _print(results[-1])
+        results.append(bench_batch(otava, rng, 100 if args.quick else 1_000, 500))
         _print(results[-1])
-    results.append(bench_batch(rng, 100 if args.quick else 1_000, 500))
-    _print(results[-1])
-    results.append(bench_append(rng, 1_000, 900 if not args.quick else 960))
-    _print(results[-1])
+        results.append(bench_append(otava, rng, 1_000, 900 if not args.quick else 960))
+        _print(results[-1])
     bars = {"full-100": 10, "full-1000": 10, "full-10000": 20, "full-100000": 20}
     ok = True
     for r in results:

@@ -10,8 +10,10 @@ With ``CI=true`` a broker that cannot be had fails the test; elsewhere a machine
 without Java or Maven skips it with the reason.
 
 `embedded_broker` (session) is the pulsar-lite broker, for tests that say the
-embedded default is enough. Tests using `pulsar_broker` get the ``pulsar`` marker,
-so ``-m "not pulsar"`` leaves them out.
+embedded default is enough. `otava` (session) is Apache Otava 0.8, the reference
+implementation, running in an environment of its own (``otava_reference.py``).
+Tests using `pulsar_broker` get the ``pulsar`` marker, so ``-m "not pulsar"``
+leaves them out.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from otava_reference import OtavaReference, ReferenceUnavailable
 from perfwatch.stream.brokers import BrokerHandle, open_broker
 
 EXTERNAL_URL_ENV = "PERFWATCH_TEST_PULSAR_URL"
@@ -100,6 +103,19 @@ def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker
     """The embedded pulsar-lite broker on a session-private data folder."""
     with open_broker(None, data_dir=tmp_path_factory.mktemp("embedded-broker")) as handle:
         yield handle
+
+
+@pytest.fixture(scope="session")
+def otava() -> Iterator[OtavaReference]:
+    """Apache Otava 0.8 in its own environment, made on first use when not named."""
+    try:
+        reference = OtavaReference()
+    except (ReferenceUnavailable, OSError) as error:
+        if in_ci():
+            pytest.fail(f"CI needs the Apache Otava reference: {error}")
+        pytest.skip(f"no Apache Otava reference environment: {error}")
+    with reference:
+        yield reference
 
 
 @pytest.fixture(params=["embedded_broker", "pulsar_broker"])

@@ -1,42 +1,48 @@
 """compat="otava": indices, p-values and magnitudes equal apache-otava 0.8's
-``compute_change_points`` on the same list and parameters."""
+``compute_change_points`` on the same list and parameters (Otava runs in its own
+environment: the ``otava`` fixture)."""
 
 from __future__ import annotations
 
 import json
 import math
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from _series_gen import corpus, make_series
+from otava_reference import OtavaReference
 from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
-
-otava_analysis = pytest.importorskip("otava.analysis")
 
 DATA = Path(__file__).parent / "data" / "otava_examples.json"
 
-
-def otava(values: np.ndarray, **kw) -> list[tuple[int, float, float, float, float, float]]:
-    vals = [None if math.isnan(v) else float(v) for v in values]
-    otava_analysis.fill_missing(vals)  # as Otava's AnalyzedSeries does
-    cps, _ = otava_analysis.compute_change_points(vals, **kw)
-    return [
-        (
-            int(c.index),
-            float(c.stats.pvalue),
-            float(c.stats.change_magnitude()),
-            float(c.stats.forward_rel_change() * 100.0),
-            float(c.stats.mean_1),
-            float(c.stats.std_2),
-        )
-        for c in cps
-    ]
+Found = list[tuple[int, float, float, float, float, float]]
 
 
-def ours(values: np.ndarray, **kw) -> list[tuple[int, float, float, float, float, float]]:
+@pytest.fixture(scope="module")
+def otava(otava: OtavaReference) -> Callable[..., Found]:
+    """Otava's change points of a series, as the tuples ``ours`` gives."""
+
+    def change_points(values: np.ndarray, **kw) -> Found:
+        return [
+            (
+                c["index"],
+                c["pvalue"],
+                c["magnitude"],
+                c["forward_change_percent"],
+                c["mean_before"],
+                c["std_after"],
+            )
+            for c in otava.change_points(values, **kw)
+        ]
+
+    return change_points
+
+
+def ours(values: np.ndarray, **kw) -> Found:
     return [
         (c.index, c.pvalue, c.magnitude, c.forward_change_percent, c.mean_before, c.stddev_after)
         for c in detect_change_points(values, EDivisiveParams(compat="otava", **kw))
@@ -68,19 +74,19 @@ PARAMS = [
 
 
 @pytest.mark.parametrize(("name", "values"), SHORT, ids=[n for n, _ in SHORT])
-def test_compat_short_series(name, values):
+def test_compat_short_series(name, values, otava):
     assert_same(otava(values), ours(values), name)
     kw = PARAMS[1 + zlib.crc32(name.encode()) % (len(PARAMS) - 1)]
     assert_same(otava(values, **kw), ours(values, **kw), f"{name} {kw}")
 
 
 @pytest.mark.parametrize(("name", "values"), LONG, ids=[n for n, _ in LONG])
-def test_compat_long_series(name, values):
+def test_compat_long_series(name, values, otava):
     assert_same(otava(values), ours(values), name)
 
 
 @pytest.mark.parametrize("kw", PARAMS)
-def test_compat_parameter_grid(kw):
+def test_compat_parameter_grid(kw, otava):
     rng = np.random.default_rng(7)
     for kind in ("steps", "spikes", "ties", "constant", "gaps", "tiny"):
         for n in (2, 3, 5, 9, 60):
@@ -90,7 +96,7 @@ def test_compat_parameter_grid(kw):
             assert_same(otava(x, **kw), ours(x, **kw), f"{kind} n={n} {kw}")
 
 
-def test_compat_otava_example_data():
+def test_compat_otava_example_data(otava):
     data = json.loads(DATA.read_text())
     for name, values in data.items():
         if name.startswith("_"):
@@ -100,7 +106,7 @@ def test_compat_otava_example_data():
             assert_same(otava(x, **kw), ours(x, **kw), f"{name} {kw}")
 
 
-def test_compat_reconstructed_example_with_known_changes():
+def test_compat_reconstructed_example_with_known_changes(otava):
     # A faithful stand-in for Otava's documented example (a few regressions and
     # improvements over ~100 nightly runs of two metrics).
     rng = np.random.default_rng(3)
@@ -120,7 +126,7 @@ def test_compat_reconstructed_example_with_known_changes():
     assert [c[0] for c in ours(m2)] == [55]
 
 
-def test_compat_single_spike_is_a_change_point_like_otava():
+def test_compat_single_spike_is_a_change_point_like_otava(otava):
     rng = np.random.default_rng(18)
     x = 100 + rng.normal(0, 1, 200)
     for at in rng.choice(np.arange(5, 195), 3, replace=False):  # 44, 104, 162
@@ -130,7 +136,7 @@ def test_compat_single_spike_is_a_change_point_like_otava():
     assert [c[0] for c in got] == [44, 45, 162, 163]  # Otava's known false positives
 
 
-def test_compat_flat_tiny_step_gets_p_zero_like_otava():
+def test_compat_flat_tiny_step_gets_p_zero_like_otava(otava):
     x = np.array([100.0] * 30 + [100.0001] * 30)
     got = ours(x)
     assert_same(otava(x), got, "flat")

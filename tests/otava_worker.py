@@ -1,0 +1,109 @@
+"""Answers questions about Apache Otava 0.8 over stdin/stdout, one JSON object a line.
+
+Runs inside the reference environment (apache-otava and the scipy/numpy it pins),
+never inside perfwatch's own: see ``otava_reference.py``, which starts it. It
+imports nothing from perfwatch.
+
+Requests and replies:
+- ``{"op": "change_points", "values": [...], "options": {...}}`` ->
+  ``{"change_points": [{"index", "pvalue", "magnitude", "forward_change_percent",
+  "mean_before", "std_before", "mean_after", "std_after"}, ...]}``; ``null`` in values
+  is a missing run, filled as Otava's ``AnalyzedSeries`` fills it.
+- ``{"op": "candidate", "values": [...]}`` -> ``{"index", "qhat"}`` of the divergence's
+  best split of the whole list (``PairDistanceCalculator``).
+- ``{"op": "time_change_points", "values": [...], "repeats": N}`` -> ``{"seconds": [...]}``,
+  the wall time of each of N full analyses.
+- ``{"op": "time_batch", "series": [[...], ...]}`` -> ``{"seconds": S, "change_points":
+  [[...], ...]}``: one full analysis of each series, timed together.
+- ``{"op": "time_appends", "values": [...], "start": K}`` -> ``{"seconds_per_append": S,
+  "indices": [...]}``: Otava's ``AnalyzedSeries`` over the first K runs, then one
+  ``append`` per remaining run; the indices are its change points at the end.
+Errors come back as ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from otava.analysis import compute_change_points, fill_missing
+from otava.change_point_divisive.calculator import PairDistanceCalculator
+from otava.series import AnalysisOptions, Metric, Series
+
+
+def change_points(values: list[float | None], options: dict[str, Any]) -> list[dict[str, Any]]:
+    filled = list(values)
+    fill_missing(filled)
+    found, _ = compute_change_points(filled, **options)
+    return [
+        {
+            "index": int(c.index),
+            "pvalue": float(c.stats.pvalue),
+            "magnitude": float(c.stats.change_magnitude()),
+            "forward_change_percent": float(c.stats.forward_rel_change() * 100.0),
+            "mean_before": float(c.stats.mean_1),
+            "std_before": float(c.stats.std_1),
+            "mean_after": float(c.stats.mean_2),
+            "std_after": float(c.stats.std_2),
+        }
+        for c in found
+    ]
+
+
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    op = request["op"]
+    values = request.get("values", [])
+    if op == "change_points":
+        return {"change_points": change_points(values, request.get("options", {}))}
+    if op == "candidate":
+        import numpy as np
+
+        calculator = PairDistanceCalculator(np.asarray(values, dtype=float))
+        candidate = calculator.get_candidate_change_point(slice(0, len(values)))
+        return {"index": int(candidate.index), "qhat": float(candidate.qhat)}
+    if op == "time_change_points":
+        seconds = []
+        for _ in range(int(request["repeats"])):
+            started = time.perf_counter()
+            compute_change_points(list(values))
+            seconds.append(time.perf_counter() - started)
+        return {"seconds": seconds}
+    if op == "time_batch":
+        started = time.perf_counter()
+        for series in request["series"]:
+            compute_change_points(list(series))
+        seconds = time.perf_counter() - started
+        return {
+            "seconds": seconds,
+            "change_points": [change_points(series, {}) for series in request["series"]],
+        }
+    if op == "time_appends":
+        start = int(request["start"])
+        metrics = {"m": Metric()}
+        series = Series("bench", None, list(range(start)), metrics, {"m": values[:start]}, {})
+        analyzed = series.analyze(AnalysisOptions())
+        started = time.perf_counter()
+        for i in range(start, len(values)):
+            analyzed.append([i], {"m": [values[i]]}, {})
+        seconds = time.perf_counter() - started
+        return {
+            "seconds_per_append": seconds / max(1, len(values) - start),
+            "indices": [int(c.index) for c in analyzed.change_points["m"]],
+        }
+    return {"error": f"unknown op {op!r}"}
+
+
+def main() -> None:
+    for line in sys.stdin:
+        try:
+            reply = answer(json.loads(line))
+        except Exception as error:  # the client shows it beside the request that failed
+            reply = {"error": f"{type(error).__name__}: {error}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,7 @@ what the tools write shows up as a failing test.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,11 @@ def test_pytest_benchmark_one_record_per_benchmark(
         record = located.record
         assert record["commit"] == head
         assert record["branch"] == "perf-branch"
-        assert record["timestamp"] == format_rfc3339(parse_rfc3339(report["datetime"]))
+        # pytest-benchmark before 5.0 writes UTC without an offset
+        reported = datetime.fromisoformat(report["datetime"])
+        if reported.tzinfo is None:
+            reported = reported.replace(tzinfo=UTC)
+        assert record["timestamp"] == format_rfc3339(reported.astimezone(UTC))
         stats = benchmark["stats"]
         for name in ("mean", "median", "min", "max", "stddev"):
             assert record["metrics"][name] == {

@@ -85,7 +85,7 @@ def same(a, b) -> bool:
 
 def bench_full(rng, n: int, otava_reps: bool) -> dict:
     x = make_series(rng, n)
-    ours(x)  # compile / warm
+    ours(x)  # warm
     lst = [float(v) for v in x]
     if otava_reps:
         t_otava = timeit(lambda: compute_change_points(list(lst)), min_time=1.0, max_reps=5)

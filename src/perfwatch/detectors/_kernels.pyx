@@ -281,10 +281,11 @@ cdef double _betainc_tail(
 cdef double _betainc(
     double a, double b, double x, double y, double log_x, double log_y
 ) noexcept nogil:
-    """Regularized incomplete beta I_x(a, b), given x, y = 1 - x and their logs."""
-    if x <= 0.0:
+    """Regularized incomplete beta I_x(a, b), given x, y = 1 - x and their logs
+    (x itself may have underflowed to 0 while log x is finite)."""
+    if isinf(log_x):
         return 0.0
-    if y <= 0.0:
+    if isinf(log_y):
         return 1.0
     if x < (a + 1.0) / (a + b + 2.0):
         return _betainc_tail(a, b, x, y, log_x, log_y)

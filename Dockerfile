@@ -7,17 +7,27 @@
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 # --- build: install perfwatch and its dependencies into a virtual environment --------------
+# The E-Divisive kernels are a C extension (Cython) compiled here; the runtime stage gets the
+# compiled module and no compiler.
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/perfwatch
 ENV PATH=/opt/perfwatch/bin:$PATH
 WORKDIR /src
 # Dependencies first, so editing the sources does not reinstall them.
 COPY pyproject.toml README.md ./
-RUN mkdir -p src/perfwatch && touch src/perfwatch/__init__.py \
-    && pip install . && pip uninstall -y perfwatch
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+       > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt
+COPY setup.py ./
 COPY src ./src
 RUN pip install --no-deps . && perfwatch --version
+# Smoke test of the installed (compiled) detector on the example data.
+COPY examples/nightly.csv ./examples/nightly.csv
+RUN perfwatch analyze /src/examples/nightly.csv
 
 # --- runtime: the environment only, run as an unprivileged user ------------------------------
 FROM ${PYTHON_IMAGE}
@@ -29,8 +39,7 @@ COPY --from=build /opt/perfwatch /opt/perfwatch
 ENV PATH=/opt/perfwatch/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    XDG_DATA_HOME=/var/lib/perfwatch \
-    NUMBA_CACHE_DIR=/tmp/numba-cache
+    XDG_DATA_HOME=/var/lib/perfwatch
 USER ${UID}:${UID}
 WORKDIR /var/lib/perfwatch
 VOLUME ["/var/lib/perfwatch"]

@@ -25,7 +25,7 @@ re-testing both neighbours of a removed point.
 
 Gaps (NaN) are forward-filled, then the leading ones back-filled.
 The divergence of all (split, end) pairs of a window is computed in O(w^2)
-with cumulative sums in a compiled kernel; memory is O(n + min(w, n)^2).
+with cumulative sums in a compiled (Cython) kernel; memory is O(n + min(w, n)^2).
 """
 
 from __future__ import annotations
@@ -413,8 +413,8 @@ def best_split(values: ArrayLike) -> tuple[int, float]:
     D = np.empty((m, m))
     V = np.empty(m)
     H = np.zeros((m, m))
-    K._window_tables(x, 0, m, D, V, H)
-    tau, q, _ = K._best_split(0, m, D, V, H, np.empty(m), np.empty(m), np.empty((m, m)), 0)
+    K.window_tables(x, 0, m, D, V, H)
+    tau, q, _ = K.best_split(0, m, D, V, H, np.empty(m), np.empty(m), np.empty((m, m)), 0)
     return int(tau), float(q)
 
 

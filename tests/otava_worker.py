@@ -11,6 +11,8 @@ Requests and replies:
   is a missing run, filled as Otava's ``AnalyzedSeries`` fills it.
 - ``{"op": "candidate", "values": [...]}`` -> ``{"index", "qhat"}`` of the divergence's
   best split of the whole list (``PairDistanceCalculator``).
+- ``{"op": "mean_std", "values": [...]}`` -> ``{"mean", "std"}``: numpy's mean and
+  population standard deviation, as Otava computes a segment's.
 - ``{"op": "time_change_points", "values": [...], "repeats": N}`` -> ``{"seconds": [...]}``,
   the wall time of each of N full analyses.
 - ``{"op": "time_batch", "series": [[...], ...]}`` -> ``{"seconds": S, "change_points":
@@ -28,6 +30,7 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
 from otava.analysis import compute_change_points, fill_missing
 from otava.change_point_divisive.calculator import PairDistanceCalculator
 from otava.series import AnalysisOptions, Metric, Series
@@ -57,9 +60,9 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     values = request.get("values", [])
     if op == "change_points":
         return {"change_points": change_points(values, request.get("options", {}))}
+    if op == "mean_std":
+        return {"mean": float(np.mean(values)), "std": float(np.std(values))}
     if op == "candidate":
-        import numpy as np
-
         calculator = PairDistanceCalculator(np.asarray(values, dtype=float))
         candidate = calculator.get_candidate_change_point(slice(0, len(values)))
         return {"index": int(candidate.index), "qhat": float(candidate.qhat)}

@@ -15,13 +15,13 @@ import orjson
 
 from perfwatch.cli.options import output_format_option
 from perfwatch.formats.errors import SourceError, read_source
-from perfwatch.records import ChangeDirection, Direction, format_rfc3339
 
-# The readers (numpy), the record schema checks and the detector are imported where they
-# are used, so `perfwatch analyze --help` starts at once and a CSV run skips the records.
+# The readers (numpy), the record module and the detector are imported where they are
+# used, so `perfwatch analyze --help` starts at once and a CSV run skips the records.
 if TYPE_CHECKING:
     from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams
     from perfwatch.formats.series import MetricSeries
+    from perfwatch.records import ChangeDirection, Direction
 
 RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
 CSV_SUFFIXES = {".csv", ".tsv", ".txt"}
@@ -268,6 +268,8 @@ def _with_progress(series: Sequence[MetricSeries]) -> Iterable[MetricSeries]:
 
 
 def _result_json(result: SeriesResult) -> dict[str, Any]:
+    from perfwatch.records import format_rfc3339
+
     series = result.series
     return {
         "test": series.test,
@@ -296,31 +298,43 @@ def _result_json(result: SeriesResult) -> dict[str, Any]:
 
 
 def _render_text(results: Sequence[SeriesResult], *, colour: bool) -> str:
-    # Series of one CSV file share their times: each time is formatted once.
+    # Series read from one file share their run lists, so each time is formatted once and
+    # the label columns (time, commit, version) of such series are laid out once.
     moments = {moment for result in results for moment in result.series.times}
     time_texts = {moment: moment.strftime(TIME_FORMAT) for moment in moments}
-    blocks = [_series_table(result, time_texts, colour=colour) for result in results]
+    label_lines: dict[tuple[int, ...], list[str]] = {}
+    blocks = []
+    for result in results:
+        series = result.series
+        runs = (id(series.times), id(series.commits), id(series.attributes.get("version")))
+        if runs not in label_lines:
+            label_lines[runs] = _label_lines(series, time_texts)
+        blocks.append(_series_table(result, label_lines[runs], colour=colour))
     blocks.append(_summary(results, colour=colour))
     return "\n\n".join(blocks)
 
 
-def _series_table(result: SeriesResult, time_texts: dict[datetime, str], *, colour: bool) -> str:
-    series = result.series
+def _label_lines(series: MetricSeries, time_texts: dict[datetime, str]) -> list[str]:
+    """Header, rule and one line per run of the left-aligned label columns."""
     columns: list[tuple[str, list[str]]] = [("time", [time_texts[t] for t in series.times])]
     if any(series.commits):
         columns.append(("commit", [(c or "")[:SHOWN_COMMIT_CHARS] for c in series.commits]))
     if any(series.attributes.get("version", [])):
         columns.append(("version", [v or "" for v in series.attributes["version"]]))
-    columns.append((series.metric, list(map(VALUE_FORMAT.format, series.values.tolist()))))
-    # Labels left-aligned, the value (last column) right-aligned, two spaces between; each
-    # column is padded in one pass, since a file of many long series makes a long table.
-    widths = [max(len(name), *map(len, cells)) for name, cells in columns]
-    alignments = [str.ljust] * (len(columns) - 1) + [str.rjust]
-    padded = [
-        list(map(align, [name, "-" * width, *cells], repeat(width)))
-        for (name, cells), width, align in zip(columns, widths, alignments, strict=True)
-    ]
-    lines = list(map("  ".join, zip(*padded, strict=True)))
+    padded = []
+    for name, cells in columns:
+        width = max(len(name), *map(len, cells))
+        padded.append(list(map(str.ljust, [name, "-" * width, *cells], repeat(width))))
+    return list(map("  ".join, zip(*padded, strict=True)))
+
+
+def _series_table(result: SeriesResult, label_lines: list[str], *, colour: bool) -> str:
+    """The label columns, then the values right-aligned, a marker line before each change."""
+    series = result.series
+    cells = list(map(VALUE_FORMAT.format, series.values.tolist()))
+    width = max(len(series.metric), *map(len, cells))
+    values = map(str.rjust, [series.metric, "-" * width, *cells], repeat(width))
+    lines = list(map("{}  {}".format, label_lines, values))
     for found in sorted(result.changes, key=lambda found: found.change.index, reverse=True):
         lines.insert(2 + found.change.index, _change_marker(found, colour=colour))
     return "\n".join([_series_title(result, colour=colour), *lines])

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfwatch.formats.errors import SourceError
-from perfwatch.records import Direction
+
+if TYPE_CHECKING:  # CSV readers need not load the record schema module
+    from perfwatch.records import Direction
 
 # Shortest commit prefix accepted where a commit names a point (git's own default is 7).
 MIN_COMMIT_PREFIX = 4

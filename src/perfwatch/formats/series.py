@@ -95,7 +95,8 @@ def select_points(
         keep = _to_end(series, keep, until)
     if last is not None:
         keep = keep[-last:] if last > 0 else []
-    return series.take(keep)
+    # keep is an ordered subset of the runs: as long as the series, it is all of them
+    return series if len(keep) == len(series) else series.take(keep)
 
 
 def _from_start(series: MetricSeries, keep: list[int], bound: str) -> list[int]:

@@ -114,6 +114,30 @@ def test_rows_are_put_in_time_order(tmp_path: Path) -> None:
     assert series.values.tolist() == [1.0, 2.0, 3.0]
 
 
+def test_out_of_order_rows_with_blank_cells_keep_each_run_with_its_labels(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "time,commit,x,y\n"
+        "2024-01-03,c3,3, 30\n"
+        "2024-01-01,c1,1,\n"
+        "2024-01-04,c4,  ,40\n"
+        "2024-01-02,c2,2,20\n"
+    )
+    x, y = read_otava_csv(write(tmp_path, "t.csv", text))
+    assert (x.values.tolist(), x.commits) == ([1.0, 2.0, 3.0], ["c1", "c2", "c3"])
+    assert (y.values.tolist(), y.commits) == ([20.0, 30.0, 40.0], ["c2", "c3", "c4"])
+    assert y.times == [day(2), day(3), day(4)]
+
+
+def test_of_several_bad_cells_the_earliest_run_is_named(tmp_path: Path) -> None:
+    text = "time,x\n2024-01-02,1\n2024-01-04,abc\n2024-01-03,1.2.3\n"
+    with pytest.raises(SourceError) as caught:
+        read_otava_csv(write(tmp_path, "t.csv", text))
+    assert (caught.value.line, caught.value.column) == (4, 2)
+    assert "unparsable number '1.2.3'" in caught.value.message
+
+
 def test_time_column_can_be_named(tmp_path: Path) -> None:
     text = "when,x\n2024-01-01,1\n2024-01-02,2\n"
     (series,) = read_otava_csv(write(tmp_path, "t.csv", text), time_column="when")

@@ -388,3 +388,35 @@ def test_demo_finds_the_scripted_changes(tmp_path: Path) -> None:
     for reason in BAD_MESSAGES:
         assert f"\n  {reason} " in result.output
     assert result.output.count("DETECTED") >= 5
+    # the tables say which column is what was found and which is the scripted truth
+    headers = [
+        [name.strip() for name in line.split("  ") if name.strip()]
+        for line in result.output.splitlines()
+        if line.split()[:1] in (["test"], ["reason"])
+    ]
+    assert headers == [
+        ["test", "metric", "found at", "change", "found as", "scripted (the truth)"],
+        ["reason", "where", "problem"],
+    ]
+    assert "this perfwatch reads 'perfwatch.record/v1'" in result.output  # not cut short
+    # the kept state is where the output says, and the next steps use it
+    store_url = f"sqlite:///{tmp_path.resolve() / 'state.db'}"
+    assert f"{tmp_path.resolve()} (kept)" in result.output
+    assert (tmp_path / "state.db").is_file()
+    next_steps = result.output.split("\nNext steps:\n")[1]
+    assert f"perfwatch dashboard --store {store_url}\n" in next_steps
+    assert "perfwatch publish results.json\n" in next_steps
+    assert "perfwatch demo --keep" not in next_steps
+
+
+def test_demo_without_keep_names_no_folder_and_says_how_to_keep(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from perfwatch.cli.demo import _next_steps
+
+    _next_steps(Path("/tmp/gone-after-the-demo"), kept=False)
+    output = capsys.readouterr().out
+    assert "gone-after-the-demo" not in output
+    keep = Path("perfwatch-demo").resolve()
+    assert f"perfwatch demo --keep {keep}\n" in output
+    assert f"perfwatch dashboard --store sqlite:///{keep / 'state.db'}\n" in output

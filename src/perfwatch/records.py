@@ -17,12 +17,16 @@ from enum import StrEnum
 from functools import cache
 from importlib import resources
 from itertools import chain
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import fastjsonschema
-import numpy as np
 import orjson
-from jsonschema import Draft202012Validator, ValidationError
+
+# numpy and jsonschema are imported where used: most commands that read records never
+# need them, and together they cost a tenth of a second at start-up.
+if TYPE_CHECKING:
+    import numpy as np
+    from jsonschema import Draft202012Validator, ValidationError
 
 RECORD_SCHEMA = "perfwatch.record/v1"
 VERDICT_SCHEMA = "perfwatch.verdict/v1"
@@ -152,6 +156,8 @@ class Counters:
 
     def matrix(self) -> np.ndarray:
         """Observations x counters as float64, NaN where a sample is missing."""
+        import numpy as np
+
         return np.array(
             [[math.nan if v is None else v for v in row] for row in self.values], dtype=np.float64
         ).reshape(len(self.values), len(self.names))
@@ -385,6 +391,8 @@ def load_schema(name: Literal["record", "verdict"]) -> dict[str, Any]:
 
 @cache
 def _validator(name: Literal["record", "verdict"]) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(load_schema(name))
 
 
@@ -666,6 +674,8 @@ def _counter_rule(key: Literal["values", "timestamps"]) -> dict[str, Any]:
 
 @cache
 def _counter_row_validator() -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(_counter_rule("values")["items"])
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,13 +16,13 @@ import orjson
 
 from perfwatch.cli.options import output_format_option
 from perfwatch.formats.errors import SourceError, read_source
-from perfwatch.formats.jsonl import read_records, records_to_series
-from perfwatch.formats.otava_csv import read_otava_csv
-from perfwatch.formats.series import MetricSeries, select_points
-from perfwatch.records import ChangeDirection, Direction, format_rfc3339
 
+# The readers (numpy), the record module and the detector are imported where they are
+# used, so `perfwatch analyze --help` starts at once and a CSV run skips the records.
 if TYPE_CHECKING:
     from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams
+    from perfwatch.formats.series import MetricSeries
+    from perfwatch.records import ChangeDirection, Direction
 
 RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
 CSV_SUFFIXES = {".csv", ".tsv", ".txt"}
@@ -32,6 +35,8 @@ DIRECTION_WORDS: dict[str, Direction] = {
 # A progress bar is worth drawing only when analysis takes a noticeable while.
 PROGRESS_MIN_SERIES = 20
 SHOWN_COMMIT_CHARS = 10
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S +0000"
+VALUE_FORMAT = "{:.10g}"
 CHANGE_COLOURS = {"regression": "red", "improvement": "green", "unknown": "yellow"}
 
 
@@ -147,6 +152,9 @@ def analyze(
     else:
         output = _render_text(results, colour=sys.stdout.isatty())
     click.echo(output)
+    # The detector's imports leave a large graph of objects, which the interpreter's last
+    # garbage collection would walk at exit (about 0.3 s); frozen objects are not walked.
+    gc.freeze()
 
 
 def _parse_directions(flags: Sequence[str]) -> dict[str, Direction]:
@@ -187,11 +195,15 @@ def _load_series(
 ) -> list[MetricSeries]:
     """Series of every file in argument order; record files, merged by test, take the place
     of the first of them."""
+    from perfwatch.formats.otava_csv import read_otava_csv
+
     series: list[MetricSeries] = []
     record_files = [path for path in files if _is_record_file(path)]
     for path in files:
         if path in record_files:
             if path == record_files[0]:
+                from perfwatch.formats.jsonl import read_records, records_to_series
+
                 records = (sourced for each in record_files for sourced in read_records(each))
                 series.extend(records_to_series(records, metrics=metrics))
         else:
@@ -221,6 +233,8 @@ def _prepared(
     until: str | None,
     last: int | None,
 ) -> MetricSeries:
+    from perfwatch.formats.series import select_points
+
     chosen = select_points(series, branch=branch, since=since, until=until, last=last)
     if len(chosen) < 2:
         kept = "no runs" if len(chosen) == 0 else "a single run"
@@ -230,13 +244,10 @@ def _prepared(
 
 
 def _detect_all(series: Sequence[MetricSeries], params: EDivisiveParams) -> list[SeriesResult]:
-    from tqdm import tqdm
-
     from perfwatch.detectors.edivisive import classify_direction, detect_change_points
 
-    show_progress = len(series) >= PROGRESS_MIN_SERIES and sys.stderr.isatty()
     results = []
-    for each in tqdm(series, disable=not show_progress, file=sys.stderr, unit="series"):
+    for each in _with_progress(series):
         changes = detect_change_points(each.values, params)
         results.append(
             SeriesResult(
@@ -250,7 +261,19 @@ def _detect_all(series: Sequence[MetricSeries], params: EDivisiveParams) -> list
     return results
 
 
+def _with_progress(series: Sequence[MetricSeries]) -> Iterable[MetricSeries]:
+    """The series, with a progress bar on a terminal when there are many (tqdm is imported
+    only then)."""
+    if len(series) < PROGRESS_MIN_SERIES or not sys.stderr.isatty():
+        return series
+    from tqdm import tqdm
+
+    return tqdm(series, file=sys.stderr, unit="series")
+
+
 def _result_json(result: SeriesResult) -> dict[str, Any]:
+    from perfwatch.records import format_rfc3339
+
     series = result.series
     return {
         "test": series.test,
@@ -279,41 +302,46 @@ def _result_json(result: SeriesResult) -> dict[str, Any]:
 
 
 def _render_text(results: Sequence[SeriesResult], *, colour: bool) -> str:
-    blocks = [_series_table(result, colour=colour) for result in results]
+    # Series read from one file share their run lists, so each time is formatted once and
+    # the label columns (time, commit, version) of such series are laid out once.
+    moments = {moment for result in results for moment in result.series.times}
+    time_texts = {moment: moment.strftime(TIME_FORMAT) for moment in moments}
+    label_lines: dict[tuple[int, ...], list[str]] = {}
+    blocks = []
+    for result in results:
+        series = result.series
+        runs = (id(series.times), id(series.commits), id(series.attributes.get("version")))
+        if runs not in label_lines:
+            label_lines[runs] = _label_lines(series, time_texts)
+        blocks.append(_series_table(result, label_lines[runs], colour=colour))
     blocks.append(_summary(results, colour=colour))
     return "\n\n".join(blocks)
 
 
-def _series_table(result: SeriesResult, *, colour: bool) -> str:
-    series = result.series
-    columns: list[tuple[str, list[str]]] = [
-        ("time", [t.strftime("%Y-%m-%d %H:%M:%S +0000") for t in series.times])
-    ]
+def _label_lines(series: MetricSeries, time_texts: dict[datetime, str]) -> list[str]:
+    """Header, rule and one line per run of the left-aligned label columns."""
+    columns: list[tuple[str, list[str]]] = [("time", [time_texts[t] for t in series.times])]
     if any(series.commits):
         columns.append(("commit", [(c or "")[:SHOWN_COMMIT_CHARS] for c in series.commits]))
     if any(series.attributes.get("version", [])):
         columns.append(("version", [v or "" for v in series.attributes["version"]]))
-    columns.append((series.metric, [f"{v:.10g}" for v in series.values]))
-    widths = [max(len(name), *(len(cell) for cell in cells)) for name, cells in columns]
-    numeric = len(columns) - 1
+    padded = []
+    for name, cells in columns:
+        width = max(len(name), *map(len, cells))
+        padded.append(list(map(str.ljust, [name, "-" * width, *cells], repeat(width))))
+    return list(map("  ".join, zip(*padded, strict=True)))
 
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            cell.rjust(width) if i == numeric else cell.ljust(width)
-            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
 
-    changes_at = {found.change.index: found for found in result.changes}
-    lines = [
-        _series_title(result, colour=colour),
-        line([name for name, _ in columns]),
-        line(["-" * width for width in widths]),
-    ]
-    for row in range(len(series)):
-        if row in changes_at:
-            lines.append(_change_marker(changes_at[row], colour=colour))
-        lines.append(line([cells[row] for _, cells in columns]))
-    return "\n".join(lines)
+def _series_table(result: SeriesResult, label_lines: list[str], *, colour: bool) -> str:
+    """The label columns, then the values right-aligned, a marker line before each change."""
+    series = result.series
+    cells = list(map(VALUE_FORMAT.format, series.values.tolist()))
+    width = max(len(series.metric), *map(len, cells))
+    values = map(str.rjust, [series.metric, "-" * width, *cells], repeat(width))
+    lines = list(map("{}  {}".format, label_lines, values))
+    for found in sorted(result.changes, key=lambda found: found.change.index, reverse=True):
+        lines.insert(2 + found.change.index, _change_marker(found, colour=colour))
+    return "\n".join([_series_title(result, colour=colour), *lines])
 
 
 def _series_title(result: SeriesResult, *, colour: bool) -> str:

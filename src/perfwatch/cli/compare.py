@@ -9,18 +9,21 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
 from perfwatch.cli.options import output_format_option
-from perfwatch.detectors.counters import (
-    CounterCheckResult,
-    CounterRegressionCheck,
-    CounterSamples,
-)
-from perfwatch.formats.counter_csv import read_counter_runs
 from perfwatch.formats.errors import SourceError
+
+# The check (statsmodels, scipy, scikit-learn) is imported when it runs, not for --help.
+if TYPE_CHECKING:
+    from perfwatch.detectors.counters import (
+        CounterCheckResult,
+        CounterRegressionCheck,
+        CounterSamples,
+    )
 
 # options that take every following argument up to the next option
 _GREEDY = ("--baseline", "--calibrate")
@@ -127,6 +130,8 @@ def compare(
         }
         # only what was given, so --literal keeps its own settings for the rest
         params = {name: value for name, value in given.items() if value is not None}
+        from perfwatch.detectors.counters import CounterRegressionCheck
+
         check = (
             CounterRegressionCheck.seed_literal(**params)
             if literal
@@ -149,6 +154,8 @@ def compare(
 
 
 def _runs(files: Sequence[str]) -> list[CounterSamples]:
+    from perfwatch.formats.counter_csv import read_counter_runs
+
     return [run for file in files for run in read_counter_runs(Path(file))]
 
 

@@ -11,7 +11,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from contextlib import ExitStack
+from collections.abc import Collection, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,11 @@ def scripted_match(
 @click.option("--seed", default=7, show_default=True, help="Seed of the generated noise.")
 @click.option(
     "--keep",
+    metavar="DIR",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Keep the broker data and state store in this folder (default: a temporary one).",
+    help="Keep the SQLite state store (DIR/state.db) and the broker's topics, verdicts "
+    "included (DIR/broker), in DIR; by default they are in a temporary folder removed on "
+    "exit.",
 )
 def demo(runs: int, seed: int, keep: Path | None) -> None:
     """Replay a realistic CI history through the embedded broker and a processor.
@@ -89,10 +93,10 @@ def demo(runs: int, seed: int, keep: Path | None) -> None:
     with ExitStack() as stack:
         folder = keep or Path(stack.enter_context(tempfile.TemporaryDirectory("-perfwatch-demo")))
         folder.mkdir(parents=True, exist_ok=True)
-        _run_demo(history, folder)
+        _run_demo(history, folder.resolve(), kept=keep is not None)
 
 
-def _run_demo(history: DemoHistory, folder: Path) -> None:
+def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
     import pulsar
 
     from perfwatch.store import open_store
@@ -112,12 +116,17 @@ def _run_demo(history: DemoHistory, folder: Path) -> None:
         f"{len(history.messages) - history.records} malformed)"
     )
     click.echo(f"{history.late} arrives ten nights late; {history.duplicate} is sent twice")
-    click.echo(f"state and broker data in {folder}\n")
+    if kept:
+        click.echo(f"state store and broker data in {folder} (kept)\n")
+    else:
+        click.echo("state store and broker data in a temporary folder, removed on exit\n")
     started = time.monotonic()
-    with (
-        open_broker(None, data_dir=folder / "broker") as handle,
-        open_store(config.store.url) as store,
-    ):
+    with _step("loading the change-point detector (compiled on its first use, then cached)"):
+        _load_detector()
+    with ExitStack() as resources:
+        with _step("starting the embedded broker"):
+            handle = resources.enter_context(open_broker(None, data_dir=folder / "broker"))
+        store = resources.enter_context(open_store(config.store.url))
         client = make_client(handle)
         try:
             watch = client.subscribe(
@@ -141,13 +150,15 @@ def _run_demo(history: DemoHistory, folder: Path) -> None:
 
             worker = threading.Thread(target=run, name="perfwatch-processor")
             worker.start()
-            producer = client.create_producer(
-                config.topics.records, block_if_queue_full=True, batching_enabled=True
-            )
-            for message in history.messages:
-                producer.send_async(message.payload, None, partition_key=message.key)
-            producer.flush()
-            producer.close()
+            with _step(f"publishing {len(history.messages)} messages"):
+                producer = client.create_producer(
+                    config.topics.records, block_if_queue_full=True, batching_enabled=True
+                )
+                for message in history.messages:
+                    producer.send_async(message.payload, None, partition_key=message.key)
+                producer.flush()
+                producer.close()
+            click.echo("\nVerdicts as the processor publishes them (seconds since the start):")
 
             kinds: Counter[str] = Counter()
             seen: set[str] = set()
@@ -169,6 +180,30 @@ def _run_demo(history: DemoHistory, folder: Path) -> None:
             _summary(history, store, processor, kinds, dead_letters, elapsed)
         finally:
             client.close()
+    _next_steps(folder, kept=kept)
+
+
+@contextmanager
+def _step(doing: str) -> Iterator[None]:
+    """`doing ... done (N s)` around a wait the user would otherwise sit through blind."""
+    click.echo(f"{doing} ... ", nl=False)
+    started = time.monotonic()
+    try:
+        yield
+    except BaseException:
+        click.echo("failed")
+        raise
+    click.echo(f"done ({time.monotonic() - started:.1f} s)")
+
+
+def _load_detector() -> None:
+    """Run the detector once on a small step, so the processor does not stall on loading
+    (or, the first time on a machine, compiling) its kernels while verdicts are awaited."""
+    import numpy as np
+
+    from perfwatch.detectors.analyzer import SeriesAnalyzer
+
+    SeriesAnalyzer().append(np.repeat([10.0, 12.0], 30) + np.tile([0.0, 0.1, -0.1], 20))
 
 
 def _drain(watch: Any, seen: set[str], kinds: Counter[str], started: float, timeout_ms: int) -> int:
@@ -234,27 +269,95 @@ def _summary(
         + ", ".join(f"{n} {kind.split('.')[-1]}" for kind, n in sorted(kinds.items()))
         + ")"
     )
-    click.echo("\nChange points perfwatch believes in now:")
+    click.echo("\nChange points found, next to the changes scripted into the history:")
+    found_rows: list[list[str]] = []
     matched: set[ScriptedChange] = set()
     for key in store.series_keys():
         for cp in store.published_change_points(key):
             change = scripted_match(key.test, key.metric, cp["index"], history.changes)
             if change is not None:
                 matched.add(change)
-            note = change.description if change is not None else "not scripted"
-            click.echo(
-                f"  {key.test:<13} {key.metric:<15} {cp['run_id'].split('#')[-1]:<10} "
-                f"{cp['forward_change_percent']:+6.1f}%  {cp['direction']:<11}  {note}"
+            found_rows.append(
+                [
+                    key.test,
+                    key.metric,
+                    cp["run_id"].split("#")[-1],
+                    f"{cp['forward_change_percent']:+.1f}%",
+                    cp["direction"],
+                    _scripted_text(change) if change is not None else "(not scripted)",
+                ]
             )
     missed = [change for change in history.changes if change not in matched]
+    missed_rows = [
+        [change.test, change.metric, "-", "-", "(not found)", _scripted_text(change)]
+        for change in missed
+    ]
+    _echo_table(
+        ["test", "metric", "found at", "change", "found as", "scripted (the truth)"],
+        found_rows + missed_rows,
+        right_aligned={3},
+    )
     click.echo(
         "Scripted changes not found: "
         + ("none" if not missed else "; ".join(f"{c.test} {c.metric}" for c in missed))
     )
     click.echo(f"\nDead-letter topic ({len(dead_letters)} messages):")
-    for properties in dead_letters:
-        click.echo(
-            f"  {properties.get('perfwatch.error.kind', '?'):<16} "
-            f"{properties.get('perfwatch.error.path', ''):<18} "
-            f"{properties.get('perfwatch.error.message', '')[:70]}"
-        )
+    _echo_table(
+        ["reason", "where", "problem"],
+        [
+            [
+                properties.get("perfwatch.error.kind", "?"),
+                properties.get("perfwatch.error.path", ""),
+                properties.get("perfwatch.error.message", ""),
+            ]
+            for properties in dead_letters
+        ],
+    )
+
+
+def _scripted_text(change: ScriptedChange) -> str:
+    nights = f"night-{change.start:03d}"
+    if change.end is not None:
+        nights += f" to night-{change.end:03d}"
+    return f"{nights}  {change.description}"
+
+
+def _echo_table(
+    header: list[str], rows: list[list[str]], right_aligned: Collection[int] = ()
+) -> None:
+    """Columns two spaces apart under a header; the last column is not padded or cut, so
+    long texts are shown whole."""
+    widths = [max(map(len, column)) for column in zip(header, *rows, strict=True)]
+    for cells in [header, ["-" * width for width in widths], *rows]:
+        padded = [
+            cell.rjust(width) if index in right_aligned else cell.ljust(width)
+            for index, (cell, width) in enumerate(zip(cells[:-1], widths, strict=False))
+        ]
+        click.echo("  " + "  ".join([*padded, cells[-1]]))
+
+
+def _next_steps(folder: Path, *, kept: bool) -> None:
+    """What to do next, each with the command that does it as printed."""
+    keep = folder if kept else Path("perfwatch-demo").resolve()
+    store_url = f"sqlite:///{keep / 'state.db'}"
+    steps = [
+        (
+            "Keep the state (SQLite store and broker topics) in a folder:",
+            [f"perfwatch demo --keep {keep}"],
+        ),
+        (
+            "Browse the kept series, change points and verdicts (http://127.0.0.1:8050/):",
+            [f"perfwatch dashboard --store {store_url}"],
+        ),
+        (
+            "Find the change points in your own results: start the processor, then publish "
+            "from another terminal:",
+            [f"perfwatch serve --store {store_url}", "perfwatch publish results.json"],
+        ),
+        ("Or analyse result files offline, without a broker:", ["perfwatch analyze results.csv"]),
+    ]
+    click.echo("\nNext steps:")
+    for purpose, commands in steps[1:] if kept else steps:
+        click.echo(f"  {purpose}")
+        for command in commands:
+            click.echo(f"    {command}")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from itertools import islice
+from typing import TYPE_CHECKING
 
 import click
-import pulsar
 
 from perfwatch.cli.watch import VerdictSource, connected_client, verdict_source_options
 from perfwatch.publishers.verdict_feed import receive_messages
@@ -17,6 +17,9 @@ from perfwatch.publishers.webhook import (
     check_template,
     forward_verdicts,
 )
+
+if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
+    import pulsar
 
 
 @click.command("forward")
@@ -86,6 +89,8 @@ def forward(
         max_backoff_s=max_backoff,
         timeout_s=timeout,
     )
+
+    import pulsar
 
     def report(message: pulsar.Message, outcome: str) -> None:
         click.echo(f"{message.message_id()}: {outcome}", err=True)

@@ -11,15 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import click
-import pulsar
 
 from perfwatch.config import Config, ConfigError, load_config
 from perfwatch.formats.detect import FORMATS, InputFile, read_input_file
 from perfwatch.formats.errors import SourceError
-from perfwatch.publishers.identity import Identity, complete_record, environment_identity
-from perfwatch.publishers.publisher import Publisher, PublishError, record_label
+from perfwatch.publishers.identity import (
+    Identity,
+    complete_record,
+    environment_identity,
+    record_label,
+)
 from perfwatch.records import dumps, format_rfc3339, parse_rfc3339, validate_record
-from perfwatch.stream.brokers import BrokerError
 
 EXIT_INVALID_INPUT = 1
 EXIT_NOT_ACKNOWLEDGED = 3
@@ -195,6 +197,12 @@ def publish(
 def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> None:
     """Publish validated records and wait for every acknowledgement; the CLI's exit
     status on failure (shared by `publish` and `profile --publish`)."""
+    # The Pulsar client is loaded only to send: --dry-run and --help do without it.
+    import pulsar
+
+    from perfwatch.publishers.publisher import Publisher, PublishError
+    from perfwatch.stream.brokers import BrokerError
+
     publisher = Publisher(
         config.broker.url,
         topic=config.topics.records,

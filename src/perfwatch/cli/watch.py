@@ -9,11 +9,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
-import pulsar
 
 from perfwatch.cli.options import output_format_option
 from perfwatch.config import Config, ConfigError, load_config
@@ -25,6 +24,9 @@ from perfwatch.publishers.verdict_feed import (
     receive_messages,
     verdict_line,
 )
+
+if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
+    import pulsar
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class VerdictSource:
 
     @property
     def initial_position(self) -> pulsar.InitialPosition:
+        import pulsar
+
         if self.from_earliest:
             return pulsar.InitialPosition.Earliest
         return pulsar.InitialPosition.Latest
@@ -131,6 +135,8 @@ def _build_filter(
 @contextmanager
 def connected_client(config: Config) -> Iterator[pulsar.Client]:
     """A client of the configured broker; broker failures become one-line errors."""
+    import pulsar
+
     from perfwatch.stream.brokers import BrokerError, make_client, open_broker
 
     where = config.broker.url or "the embedded broker"
@@ -172,6 +178,8 @@ def watch(source: VerdictSource, output_format: str, color: bool | None) -> None
     Starts at the latest verdict (--from-earliest replays what the broker kept)
     on a subscription of its own, removed on exit.
     """
+    import pulsar
+
     stdout = sys.stdout.buffer
     with connected_client(source.config) as client:
         consumer = client.subscribe(

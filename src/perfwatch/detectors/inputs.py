@@ -18,13 +18,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans
-from sklearn.metrics import silhouette_score
-from sklearn.mixture import GaussianMixture
-from sklearn.neighbors import NearestNeighbors
+
+# scikit-learn is imported where a model is fitted: `perfwatch recommend --help` and the
+# option lists built from this module's constants should not wait for it.
+if TYPE_CHECKING:
+    from sklearn.cluster import KMeans
+    from sklearn.mixture import GaussianMixture
 
 from perfwatch.records import InputProfile
 
@@ -233,18 +235,26 @@ class InputClustering:
         k, rule = self.n_clusters, "given"
         if k is None:
             k, rule = _best_silhouette(points, largest), "highest silhouette"
+        from sklearn.cluster import AgglomerativeClustering
+
         model = AgglomerativeClustering(n_clusters=k, linkage="ward").fit(points)
         return model.labels_, {"n_clusters": k, "rule": rule}
 
     def _kmeans(self, points: np.ndarray, k: int) -> KMeans:
+        from sklearn.cluster import KMeans
+
         return KMeans(n_clusters=k, n_init=10, random_state=self.random_state).fit(points)
 
     def _gmm(self, points: np.ndarray, k: int) -> GaussianMixture:
+        from sklearn.mixture import GaussianMixture
+
         return GaussianMixture(
             n_components=k, covariance_type="full", random_state=self.random_state
         ).fit(points)
 
     def _dbscan(self, points: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        from sklearn.cluster import DBSCAN
+
         n, dims = points.shape
         # Twice the dimensions (Sander et al.), but small suites keep room for several clusters.
         min_samples = self.min_samples or max(2, min(2 * dims, n // 10))
@@ -257,6 +267,8 @@ class InputClustering:
 
     def _fit_assignment(self, points: np.ndarray, labels: np.ndarray) -> None:
         if self.method == "dbscan":
+            from sklearn.neighbors import NearestNeighbors
+
             eps = float(self.selection_["eps"])
             neighbours = NearestNeighbors(radius=eps).fit(points)
             counts = np.array([len(r) for r in neighbours.radius_neighbors(points)[1]])
@@ -284,6 +296,8 @@ class InputClustering:
         if self.method == "dbscan":
             if len(self._core_points) == 0:
                 return np.full(len(points), NOISE), np.zeros(len(points), dtype=bool)
+            from sklearn.neighbors import NearestNeighbors
+
             distance, index = (
                 NearestNeighbors(n_neighbors=1).fit(self._core_points).kneighbors(points)
             )
@@ -373,6 +387,8 @@ def _knee_eps(points: np.ndarray, min_samples: int) -> float:
     """DBSCAN ``eps`` at the knee of the sorted distances to the min_samples-th neighbour."""
     if len(points) < 2:
         return 1.0
+    from sklearn.neighbors import NearestNeighbors
+
     neighbours = NearestNeighbors(n_neighbors=max(2, min_samples)).fit(points)
     distances = np.sort(neighbours.kneighbors(points)[0][:, -1])
     eps = float(distances[knee_index(distances)])
@@ -385,6 +401,9 @@ def _knee_eps(points: np.ndarray, min_samples: int) -> float:
 
 def _best_silhouette(points: np.ndarray, largest: int) -> int:
     """Number of Ward clusters with the highest mean silhouette (1 when nothing splits)."""
+    from sklearn.cluster import AgglomerativeClustering
+    from sklearn.metrics import silhouette_score
+
     best_k, best_score = 1, -1.0
     for k in range(2, min(largest, len(points) - 1) + 1):
         labels = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(points)

@@ -16,11 +16,9 @@ from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
 
 from perfwatch.formats.errors import SourceError, read_source
 from perfwatch.records import (
@@ -31,6 +29,9 @@ from perfwatch.records import (
     format_rfc3339,
     load_schema,
 )
+
+if TYPE_CHECKING:  # jsonschema is imported when a file is first validated
+    from jsonschema import Draft202012Validator
 
 INPUT_PROFILE_SCHEMA = "perfwatch.input-profile/v1"
 ProfileKind = Literal["full_suite", "update_sample"]
@@ -135,6 +136,9 @@ def _from_record(doc: dict[str, Any], source: str) -> InputProfileFile:
 
 @cache
 def _validator() -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+
     schema = orjson.loads(
         resources.files("perfwatch").joinpath("schemas", "input-profile.schema.json").read_bytes()
     )

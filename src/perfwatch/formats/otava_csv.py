@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -99,6 +99,16 @@ def detect_separator(header_line: str) -> str:
     return SEPARATORS[best] if counts[best] else ","
 
 
+@dataclass(frozen=True)
+class _Table:
+    """The rows of a file split into cells (not stripped), with the line each row ends on."""
+
+    header: list[str]
+    header_line: int
+    rows: list[list[str]]
+    row_lines: list[int]
+
+
 def read_otava_csv(
     path: str | Path,
     *,
@@ -108,56 +118,33 @@ def read_otava_csv(
 ) -> list[MetricSeries]:
     """One MetricSeries per metric column of the file (only ``metrics`` when given; those
     missing from the file are skipped), runs sorted by time. The test is the file name
-    without its extension. SourceError names line and column of any bad cell."""
-    source = str(path)
-    text = _read_text(Path(path))
-    lines = text.splitlines()
-    header_index = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if header_index is None:
-        raise SourceError(source, "file is empty; expected a header row and data rows", line=1)
-    sep = separator or detect_separator(lines[header_index])
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
-    header: list[str] = []
-    header_line = 0
-    rows: list[tuple[int, list[str]]] = []
-    try:
-        for row in reader:
-            if not any(cell.strip() for cell in row):
-                continue
-            if not header:
-                header = [name.strip() for name in row]
-                header_line = reader.line_num
-            else:
-                rows.append((reader.line_num, row))
-    except csv.Error as error:
-        raise SourceError(source, f"malformed CSV: {error}", line=reader.line_num) from None
-    _check_header(header, source, header_line)
-    if not rows:
-        raise SourceError(source, "no data rows after the header", line=header_line + 1)
-    for line, row in rows:
-        if len(row) != len(header):
-            raise SourceError(
-                source,
-                f"row has {len(row)} fields but the header has {len(header)} (separator {sep!r})",
-                line=line,
-                column=min(len(row), len(header)) + 1,
-            )
+    without its extension. SourceError names line and column of any bad cell.
 
-    columns = [
-        [_Cell(line, index + 1, row[index].strip()) for line, row in rows]
-        for index in range(len(header))
-    ]
+    Cells are handled a column at a time (a metric column is converted in one pass, and
+    only a column that fails it is read cell by cell to find the bad one), so a file of
+    thousands of runs and hundreds of metrics reads in a fraction of a second."""
+    source = str(path)
+    table = _split_rows(_read_text(Path(path)), separator, source)
+    header, header_line, row_lines = table.header, table.header_line, table.row_lines
+    columns = list(zip(*table.rows, strict=True))  # every row has the header's width
     time_index = _time_column_index(header, time_column, source, header_line)
-    times = _parse_times(columns[time_index], header[time_index], source, time_column is None)
-    order = sorted(range(len(rows)), key=times.__getitem__)  # stable: ties keep file order
-    times = [times[i] for i in order]
+    times = _parse_times(
+        columns[time_index], row_lines, time_index + 1, header[time_index], source, time_column
+    )
+    order = sorted(range(len(times)), key=times.__getitem__)  # stable: ties keep file order
+    if order == list(range(len(times))):
+        order_or_none = None
+    else:
+        order_or_none = order
+        times = [times[i] for i in order]
     lowered = [name.lower() for name in header]
 
     def in_run_order(index: int) -> list[str | None]:
-        return [columns[index][row].text or None for row in order]
+        labels = [cell.strip() or None for cell in columns[index]]
+        return labels if order_or_none is None else [labels[i] for i in order_or_none]
 
     identity = {
-        name: in_run_order(lowered.index(name)) if name in lowered else [None] * len(rows)
+        name: in_run_order(lowered.index(name)) if name in lowered else [None] * len(times)
         for name in IDENTITY_COLUMNS
     }
     candidates = [
@@ -175,25 +162,74 @@ def read_otava_csv(
     test = Path(path).stem
     series = []
     for index in metric_indexes:
-        cells = [columns[index][row] for row in order]
-        present = [i for i, cell in enumerate(cells) if cell.text]
-        values = [_parse_number(cells[i], header[index], source) for i in present]
+        values, present = _metric_values(
+            columns[index], row_lines, order_or_none, index + 1, header[index], source
+        )
+        if present is None:  # every run measured it: the run lists are shared, not copied
+            kept_times, kept_identity, kept_attributes = times, identity, attributes
+        else:
+            kept_times = [times[i] for i in present]
+            kept_identity = {
+                name: [labels[i] for i in present] for name, labels in identity.items()
+            }
+            kept_attributes = {
+                name: [labels[i] for i in present] for name, labels in attributes.items()
+            }
         series.append(
             MetricSeries(
                 test=test,
                 metric=header[index],
-                times=[times[i] for i in present],
-                values=np.array(values, dtype=np.float64),
-                commits=[identity["commit"][i] for i in present],
-                run_ids=[identity["run_id"][i] for i in present],
-                branches=[identity["branch"][i] for i in present],
-                attributes={name: [col[i] for i in present] for name, col in attributes.items()},
+                times=kept_times,
+                values=values,
+                commits=kept_identity["commit"],
+                run_ids=kept_identity["run_id"],
+                branches=kept_identity["branch"],
+                attributes=kept_attributes,
                 source=source,
                 line=header_line,
                 column=index + 1,
             )
         )
     return series
+
+
+def _split_rows(text: str, separator: str | None, source: str) -> _Table:
+    """Header and data rows (blank rows skipped); SourceError for a file without data rows,
+    a bad header or a row whose field count differs from the header's."""
+    header_text = next((line for line in text.splitlines() if line.strip()), None)
+    if header_text is None:
+        raise SourceError(source, "file is empty; expected a header row and data rows", line=1)
+    sep = separator or detect_separator(header_text)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    header: list[str] = []
+    header_line = 0
+    rows: list[list[str]] = []
+    row_lines: list[int] = []
+    try:
+        for row in reader:
+            if not "".join(row).strip():
+                continue
+            if not header:
+                header = [name.strip() for name in row]
+                header_line = reader.line_num
+            else:
+                rows.append(row)
+                row_lines.append(reader.line_num)
+    except csv.Error as error:
+        raise SourceError(source, f"malformed CSV: {error}", line=reader.line_num) from None
+    _check_header(header, source, header_line)
+    if not rows:
+        raise SourceError(source, "no data rows after the header", line=header_line + 1)
+    width = len(header)
+    for line, row in zip(row_lines, rows, strict=True):
+        if len(row) != width:
+            raise SourceError(
+                source,
+                f"row has {len(row)} fields but the header has {width} (separator {sep!r})",
+                line=line,
+                column=min(len(row), width) + 1,
+            )
+    return _Table(header, header_line, rows, row_lines)
 
 
 def _read_text(path: Path) -> str:
@@ -240,39 +276,45 @@ def _time_column_index(header: list[str], requested: str | None, source: str, li
     return next((lowered.index(name) for name in TIME_COLUMN_NAMES if name in lowered), 0)
 
 
-def _parse_times(column: list[_Cell], name: str, source: str, guessed: bool) -> list[datetime]:
+def _parse_times(
+    cells: Sequence[str],
+    row_lines: Sequence[int],
+    column: int,
+    name: str,
+    source: str,
+    requested: str | None,
+) -> list[datetime]:
     """Times of every row with the first format in TIME_FORMATS that reads them all."""
+    texts = [cell.strip() for cell in cells]
     furthest = (-1, TIME_FORMATS[0])
     for time_format in TIME_FORMATS:
         parsed: list[datetime] = []
-        for cell in column:
+        for text in texts:
             try:
-                parsed.append(time_format.parse(cell.text))
+                parsed.append(time_format.parse(text))
             except (ValueError, OverflowError, OSError):
                 break
-        if len(parsed) == len(column):
+        if len(parsed) == len(texts):
             return parsed
         furthest = max(furthest, (len(parsed), time_format), key=lambda pair: pair[0])
     read, time_format = furthest
-    bad = column[read]
-    if not bad.text:
+    bad = texts[read]
+    if not bad:
         problem = f"empty time in column {name!r}"
     elif read > 0:
-        problem = (
-            f"unparsable time {bad.text!r} in column {name!r} (earlier rows: {time_format.name})"
-        )
+        problem = f"unparsable time {bad!r} in column {name!r} (earlier rows: {time_format.name})"
     else:
         problem = (
-            f"unparsable time {bad.text!r} in column {name!r}; expected ISO 8601 "
+            f"unparsable time {bad!r} in column {name!r}; expected ISO 8601 "
             "(2024-05-01T02:00:00Z), epoch seconds or milliseconds, or a common date format"
         )
-    if guessed and name.lower() not in TIME_COLUMN_NAMES:
+    if requested is None and name.lower() not in TIME_COLUMN_NAMES:
         problem += "; no column is named time/timestamp/date, so the first column was taken"
-    raise SourceError(source, problem, line=bad.line, column=bad.column)
+    raise SourceError(source, problem, line=row_lines[read], column=column)
 
 
-def _looks_numeric(column: list[_Cell]) -> bool:
-    first = next((cell.text for cell in column if cell.text), None)
+def _looks_numeric(cells: Sequence[str]) -> bool:
+    first = next((text for cell in cells if (text := cell.strip())), None)
     if first is None:
         return False
     try:
@@ -282,21 +324,49 @@ def _looks_numeric(column: list[_Cell]) -> bool:
     return True
 
 
-def _parse_number(cell: _Cell, name: str, source: str) -> float:
+def _metric_values(
+    cells: Sequence[str],
+    row_lines: Sequence[int],
+    order: Sequence[int] | None,
+    column: int,
+    name: str,
+    source: str,
+) -> tuple[np.ndarray, list[int] | None]:
+    """The values of a metric column in run order (``order``: file rows in run order, None
+    when the file is in run order) and, when some runs have no value, the run positions of
+    those that do (None when every run has one)."""
     try:
-        number = float(cell.text)
+        values: np.ndarray | None = np.fromiter(map(float, cells), np.float64, len(cells))
+    except ValueError:
+        values = None  # an empty or bad cell: the cell-by-cell pass below finds which
+    if values is not None and np.isfinite(values).all():
+        return (values if order is None else values[np.asarray(order, dtype=np.intp)]), None
+    rows = range(len(cells)) if order is None else order
+    present: list[int] = []
+    numbers: list[float] = []
+    for position, row in enumerate(rows):
+        text = cells[row].strip()
+        if text:
+            present.append(position)
+            numbers.append(_parse_number(text, row_lines[row], column, name, source))
+    return np.array(numbers, dtype=np.float64), present
+
+
+def _parse_number(text: str, line: int, column: int, name: str, source: str) -> float:
+    try:
+        number = float(text)
     except ValueError:
         raise SourceError(
             source,
-            f"unparsable number {cell.text!r} in metric column {name!r}",
-            line=cell.line,
-            column=cell.column,
+            f"unparsable number {text!r} in metric column {name!r}",
+            line=line,
+            column=column,
         ) from None
     if not math.isfinite(number):
         raise SourceError(
             source,
-            f"non-finite value {cell.text!r} in metric column {name!r}",
-            line=cell.line,
-            column=cell.column,
+            f"non-finite value {text!r} in metric column {name!r}",
+            line=line,
+            column=column,
         )
     return number

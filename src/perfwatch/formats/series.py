@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfwatch.formats.errors import SourceError
-from perfwatch.records import Direction
+
+if TYPE_CHECKING:  # CSV readers need not load the record schema module
+    from perfwatch.records import Direction
 
 # Shortest commit prefix accepted where a commit names a point (git's own default is 7).
 MIN_COMMIT_PREFIX = 4
@@ -92,7 +95,8 @@ def select_points(
         keep = _to_end(series, keep, until)
     if last is not None:
         keep = keep[-last:] if last > 0 else []
-    return series.take(keep)
+    # keep is an ordered subset of the runs: as long as the series, it is all of them
+    return series if len(keep) == len(series) else series.take(keep)
 
 
 def _from_start(series: MetricSeries, keep: list[int], bound: str) -> list[int]:

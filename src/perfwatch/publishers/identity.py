@@ -109,6 +109,11 @@ def environment_identity(env: Mapping[str, str], cwd: Path) -> Identity:
     return ci_identity(env).over(git_identity(cwd))
 
 
+def record_label(record: Mapping[str, Any], where: str) -> str:
+    """How messages about one record name it: where it came from, its test and run id."""
+    return f"{where} (test {record.get('test')!r}, run {record.get('run_id')!r})"
+
+
 def content_run_id(record: Mapping[str, Any]) -> str:
     """A run id that depends only on the record's content (its run id excluded)."""
     content = {key: value for key, value in record.items() if key != "run_id"}

@@ -23,6 +23,7 @@ from typing import Any, Self
 
 import pulsar
 
+from perfwatch.publishers.identity import record_label
 from perfwatch.records import RecordError, dumps, validate_record
 
 DEFAULT_RECORDS_TOPIC = "persistent://public/default/perfwatch-records"
@@ -47,10 +48,6 @@ class PublishError(RuntimeError):
         shown = "\n  ".join(str(failure) for failure in failures[:20])
         more = f"\n  ... and {len(failures) - 20} more" if len(failures) > 20 else ""
         super().__init__(f"{len(failures)} message(s) not acknowledged:\n  {shown}{more}")
-
-
-def record_label(record: Mapping[str, Any], where: str) -> str:
-    return f"{where} (test {record.get('test')!r}, run {record.get('run_id')!r})"
 
 
 class Publisher:

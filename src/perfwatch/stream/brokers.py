@@ -36,9 +36,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-import pulsar
+if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
+    import pulsar
+
 
 BrokerKind = Literal["embedded", "standalone", "container", "external"]
 
@@ -78,6 +80,8 @@ class BrokerHandle:
         With Shared, several consumers may process records of one key out of order,
         so on the embedded broker perfwatch runs a single processor.
         """
+        import pulsar
+
         if self.supports_key_shared:
             return pulsar.ConsumerType.KeyShared
         return pulsar.ConsumerType.Shared
@@ -224,6 +228,8 @@ def make_client(
     can be passed instead, but the client calls it from its own threads under the
     GIL, which has caused hangs in past client releases.
     """
+    import pulsar
+
     service_url = broker.service_url if isinstance(broker, BrokerHandle) else broker
     if logger is None:
         logger = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)

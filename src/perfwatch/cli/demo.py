@@ -121,8 +121,6 @@ def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
     else:
         click.echo("state store and broker data in a temporary folder, removed on exit\n")
     started = time.monotonic()
-    with _step("loading the change-point detector (compiled on its first use, then cached)"):
-        _load_detector()
     with ExitStack() as resources:
         with _step("starting the embedded broker"):
             handle = resources.enter_context(open_broker(None, data_dir=folder / "broker"))
@@ -194,16 +192,6 @@ def _step(doing: str) -> Iterator[None]:
         click.echo("failed")
         raise
     click.echo(f"done ({time.monotonic() - started:.1f} s)")
-
-
-def _load_detector() -> None:
-    """Run the detector once on a small step, so the processor does not stall on loading
-    (or, the first time on a machine, compiling) its kernels while verdicts are awaited."""
-    import numpy as np
-
-    from perfwatch.detectors.analyzer import SeriesAnalyzer
-
-    SeriesAnalyzer().append(np.repeat([10.0, 12.0], 30) + np.tile([0.0, 0.1, -0.1], 20))
 
 
 def _drain(watch: Any, seen: set[str], kinds: Counter[str], started: float, timeout_ms: int) -> int:

@@ -33,6 +33,7 @@ import orjson
 from numpy.typing import ArrayLike
 
 from perfwatch.detectors import _kernels as K
+from perfwatch.detectors._params import ParamsMixin
 from perfwatch.detectors.edivisive import (
     ChangePoint,
     EDivisiveParams,
@@ -75,8 +76,14 @@ def _params_from_json(d: Mapping[str, Any]) -> EDivisiveParams:
     return known
 
 
-class SeriesAnalyzer:
-    """Change points of one growing series; see the module docstring."""
+class SeriesAnalyzer(ParamsMixin):
+    """Change points of one growing series; see the module docstring.
+
+    Its one parameter, ``params``, is fixed for the analyzer's life (its state
+    depends on it): ``get_params`` and ``sklearn.base.clone`` work, setting it
+    does not.  ``change_points_``, ``values_`` and ``windows_computed_`` are
+    the results of the updates so far.
+    """
 
     def __init__(self, params: EDivisiveParams | None = None) -> None:
         self._params = params if params is not None else EDivisiveParams()

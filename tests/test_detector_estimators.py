@@ -1,0 +1,84 @@
+"""Every detector follows scikit-learn's estimator rules: parameters stored as
+given, clone and get_params round-trip, fitted results only after fit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from perfwatch.detectors import EDivisive, EDivisiveParams, SeriesAnalyzer, detect_change_points
+
+
+def _step(n: int = 80, seed: int = 0) -> np.ndarray:
+    noise = np.random.default_rng(seed).normal(0.0, 0.1, n)
+    return np.r_[np.full(n // 2, 10.0), np.full(n - n // 2, 12.0)] + noise
+
+
+def _assert_clone_round_trips(estimator: object) -> None:
+    params = estimator.get_params()  # type: ignore[attr-defined]
+    copy = clone(estimator)
+    assert type(copy) is type(estimator)
+    assert copy.get_params() == params
+    assert type(estimator)(**params).get_params() == params
+
+
+def test_edivisive_clone_and_params_round_trip() -> None:
+    _assert_clone_round_trips(EDivisive(window_len=30, max_pvalue=0.01, compat="otava"))
+    _assert_clone_round_trips(EDivisive())
+
+
+def test_edivisive_validates_in_fit_not_in_init() -> None:
+    estimator = EDivisive(window_len=1)
+    assert estimator.window_len == 1
+    with pytest.raises(ValueError, match="window_len"):
+        estimator.fit(_step())
+
+
+def test_edivisive_fitted_attributes_only_after_fit() -> None:
+    estimator = EDivisive()
+    assert not hasattr(estimator, "change_points_")
+    estimator.fit(_step())
+    assert [c.index for c in estimator.change_points_] == [40]
+    assert estimator.n_values_ == 80
+    assert 40 in estimator.weak_points_.tolist()
+
+
+def test_edivisive_set_params_and_function_form_agree() -> None:
+    params = EDivisiveParams(window_len=30, min_segment_len=2)
+    estimator = EDivisive().set_params(window_len=30, min_segment_len=2)
+    assert estimator.to_params() == params
+    assert EDivisive.from_params(params).get_params() == estimator.get_params()
+    assert estimator.fit(_step()).change_points_ == detect_change_points(_step(), params)
+    with pytest.raises(ValueError, match="invalid parameter"):
+        estimator.set_params(window=3)
+
+
+def test_importing_the_package_does_not_load_heavy_libraries() -> None:
+    code = (
+        "import sys\n"
+        "from perfwatch.detectors import EDivisive, SeriesAnalyzer, detect_change_points\n"
+        "loaded = [m for m in ('sklearn', 'statsmodels', 'scipy') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_series_analyzer_clone_keeps_its_params() -> None:
+    params = EDivisiveParams(window_len=20, compat="otava")
+    analyzer = SeriesAnalyzer(params)
+    analyzer.append(_step())
+    copy = clone(analyzer)
+    assert copy.get_params() == {"params": params}
+    assert len(copy) == 0
+    assert copy.append(_step()) == analyzer.change_points_
+
+
+def test_every_public_name_is_importable() -> None:
+    import perfwatch.detectors as detectors
+
+    for name in detectors.__all__:
+        assert getattr(detectors, name).__name__ == name

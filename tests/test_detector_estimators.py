@@ -82,3 +82,23 @@ def test_every_public_name_is_importable() -> None:
 
     for name in detectors.__all__:
         assert getattr(detectors, name).__name__ == name
+
+
+def test_counter_check_clone_and_params_round_trip() -> None:
+    from perfwatch.detectors import CounterRegressionCheck
+
+    _assert_clone_round_trips(CounterRegressionCheck())
+    literal = CounterRegressionCheck.seed_literal(threshold=0.2)
+    _assert_clone_round_trips(literal)
+    assert clone(literal).get_params()["dependent_selection"] == "ks"
+
+
+def test_counter_check_sets_nothing_fitted_in_init_and_validates_in_fit() -> None:
+    from perfwatch.detectors import CounterRegressionCheck, CounterSamples
+
+    check = CounterRegressionCheck(block=0)
+    assert not [name for name in vars(check) if name.endswith("_")]
+    assert check.effective_threshold == check.threshold
+    run = CounterSamples(["a", "b"], np.ones((30, 2)))
+    with pytest.raises(ValueError, match="block"):
+        check.fit([run])

@@ -264,7 +264,7 @@ class CounterCheckHandler:
             **result.to_dict(),
             "baseline_run_ids": baseline_run_ids,
         }
-        if check.calibration_ is not None:
+        if hasattr(check, "calibration_"):
             evidence["calibration"] = check.calibration_
         return Verdict(
             verdict_id=counter_verdict_id(

@@ -250,7 +250,7 @@ class SeriesAnalyzer(ParamsMixin):
                 "format": _FORMAT,
                 "params": _params_json(self.params),
                 "n": len(self),
-                "values": "included" if with_values else zlib.crc32(raw),
+                "values": "included" if with_values else zlib.crc32(raw.data),
                 "windows": len(self._chain),
                 "cps": int(self._chain.cps.shape[0]),
                 "change_points": [c.to_dict() for c in self._cps],
@@ -299,8 +299,8 @@ class SeriesAnalyzer(ParamsMixin):
         else:
             if values is None:
                 raise ValueError("this state was saved without its values; pass values")
-            raw = as_raw_values(values) if len(values) else np.zeros(0)
-            if raw.shape[0] != h["n"] or zlib.crc32(raw.astype("<f8", copy=False)) != saved:
+            raw = as_raw_values(values)
+            if raw.shape[0] != h["n"] or zlib.crc32(raw.astype("<f8", copy=False).data) != saved:
                 raise ValueError(
                     f"the values given ({raw.shape[0]}) are not the {h['n']} values "
                     "this state was saved with"

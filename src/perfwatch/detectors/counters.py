@@ -29,15 +29,16 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-import statsmodels.api as sm
-from scipy.stats import ks_2samp
-from sklearn.base import BaseEstimator, clone
-from sklearn.covariance import ledoit_wolf_shrinkage
+import statsmodels.api as sm  # type: ignore[import-untyped]
+from scipy.stats import ks_2samp  # type: ignore[import-untyped]
+from sklearn.base import BaseEstimator, clone  # type: ignore[import-untyped]
+from sklearn.covariance import ledoit_wolf_shrinkage  # type: ignore[import-untyped]
 
 from perfwatch.detectors.counter_steps import (
     Distance,
@@ -97,8 +98,7 @@ class CounterSamples:
                 f"{self._who}: {len(self.names)} names but {values.shape[1]} counter columns"
             )
         if len(set(self.names)) != len(self.names):
-            seen: set[str] = set()
-            duplicates = sorted({n for n in self.names if n in seen or seen.add(n)})
+            duplicates = sorted(n for n, count in Counter(self.names).items() if count > 1)
             raise ValueError(f"{self._who}: duplicate counter names {duplicates}")
         if np.isinf(values).any():
             row, column = np.argwhere(np.isinf(values))[0]
@@ -856,7 +856,8 @@ class CounterRegressionCheck(BaseEstimator):
         scores = _Scores(len(candidates))
         for c, name in enumerate(candidates):
             floor = self.error_floor * float(np.mean(np.abs(self._baseline[name])))
-            for variant in (0, 1) if strongest[c] is not None else (0,):
+            decoupled = strongest[c]
+            for variant in (0,) if decoupled is None else (0, 1):
                 error = percentage_error(
                     target_observed[name], on_target[:, c, variant], floor, self.error_trim
                 )
@@ -880,7 +881,9 @@ class CounterRegressionCheck(BaseEstimator):
                 excess = excess if math.isfinite(excess) else -math.inf
                 if variant == 0 or excess > scores.excess[c]:
                     scores.error[c], scores.usual[c], scores.excess[c] = error, usual, excess
-                    scores.left_out[c] = None if variant == 0 else members[strongest[c] - 1]
+                    scores.left_out[c] = (
+                        members[decoupled - 1] if variant == 1 and decoupled is not None else None
+                    )
         return scores
 
     # --- calibration -------------------------------------------------------------------
@@ -896,7 +899,7 @@ class CounterRegressionCheck(BaseEstimator):
             others = [r for i, r in enumerate(good_runs) if i != held_out]
             check = clone(self).fit(others)
             largest.append(check.check(run).max_excess_error or 0.0)
-        self.calibration_ = {
+        self.calibration_: dict[str, Any] = {
             "runs": [_run_label(run, i) for i, run in enumerate(good_runs)],
             "largest_excess_errors": largest,
             "margin": self.calibration_margin,

@@ -32,9 +32,9 @@ with cumulative sums in a compiled (Cython) kernel; memory is O(n + min(w, n)^2)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -236,7 +236,7 @@ def as_raw_values(values: ArrayLike) -> np.ndarray:
     else:
         if isinstance(values, str | bytes):
             raise ValueError("values must be a sequence of numbers, not a string")
-        seq = list(values) if not isinstance(values, list | tuple) else values
+        seq = values if isinstance(values, list | tuple) else list(cast(Iterable[Any], values))
         if any(v is None for v in seq):
             seq = [np.nan if v is None else v for v in seq]
         arr = np.asarray(seq)

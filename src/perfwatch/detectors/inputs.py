@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans
-from sklearn.metrics import silhouette_score
-from sklearn.mixture import GaussianMixture
-from sklearn.neighbors import NearestNeighbors
+from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans  # type: ignore[import-untyped]
+from sklearn.metrics import silhouette_score  # type: ignore[import-untyped]
+from sklearn.mixture import GaussianMixture  # type: ignore[import-untyped]
+from sklearn.neighbors import NearestNeighbors  # type: ignore[import-untyped]
 
 from perfwatch.records import InputProfile
 

@@ -3,6 +3,7 @@ given, clone and get_params round-trip, fitted results only after fit."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -102,3 +103,44 @@ def test_counter_check_sets_nothing_fitted_in_init_and_validates_in_fit() -> Non
     run = CounterSamples(["a", "b"], np.ones((30, 2)))
     with pytest.raises(ValueError, match="block"):
         check.fit([run])
+
+
+def test_input_clustering_clone_and_params_round_trip() -> None:
+    from perfwatch.detectors import InputClustering, RunOrSkipRecommender
+
+    clustering = InputClustering("kmeans", attributes=["size", "statements"], n_clusters=2)
+    _assert_clone_round_trips(clustering)
+    assert clustering.attributes == ["size", "statements"]  # stored as given
+    _assert_clone_round_trips(RunOrSkipRecommender(time_tolerance=0.2, close_band=(0.4, 0.6)))
+
+
+def test_input_clustering_fits_arrays_with_optional_ids() -> None:
+    from perfwatch.detectors import InputClustering
+
+    rng = np.random.default_rng(1)
+    X = np.vstack([rng.normal(10, 1, (20, 2)), rng.normal(100, 1, (20, 2))])
+    clustering = InputClustering("kmeans", attributes=("size", "statements"), n_clusters=2)
+    assert not [name for name in vars(clustering) if name.endswith("_")]
+    clustering.fit(X)
+    assert clustering.labels_["0"] == 0 and clustering.labels_["39"] == 1
+    named = clone(clustering).fit(X[::-1], ids=[f"i{k}" for k in range(40)])
+    assert sorted(c.size for c in named.clusters_) == [20, 20]
+    with pytest.raises(ValueError, match="2 columns"):
+        clone(clustering).fit(X[:, :1])
+
+
+def test_detector_modules_import_no_records_formats_store_or_stream() -> None:
+    from pathlib import Path
+
+    import perfwatch.detectors
+
+    for module in Path(perfwatch.detectors.__file__).parent.glob("*.py"):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        imported = [
+            node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        ]
+        imported += [
+            a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
+        ]
+        for layer in ("records", "formats", "store", "stream"):
+            assert not [m for m in imported if m.startswith(f"perfwatch.{layer}")], module.name

@@ -19,6 +19,7 @@ from perfwatch.detectors.inputs import (
     InputClustering,
     Recommendation,
     RunOrSkipRecommender,
+    input_table,
     sample_inputs,
 )
 from perfwatch.formats.errors import SourceError
@@ -175,7 +176,7 @@ def recommend(
             eps=eps,
             min_samples=min_samples,
             n_clusters=n_clusters,
-        ).fit(baseline_file.profiles)
+        ).fit(*input_table(baseline_file.profiles, chosen))
     except ValueError as error:
         raise InputError(f"{baseline}: {error}") from None
     sample = sample_inputs(clustering, per_cluster=per_cluster, seed=seed)
@@ -197,6 +198,7 @@ def recommend(
         try:
             recommendation = recommender.recommend(
                 clustering,
+                baseline_file.profiles,
                 update_file.profiles,
                 reference=reference_profiles,
                 per_cluster=per_cluster,
@@ -210,7 +212,13 @@ def recommend(
 
     if plot is not None:
         plot_clusters(
-            clustering, plot, plot_x, plot_y, recommendation, update_file.profiles if update else ()
+            clustering,
+            baseline_file.profiles,
+            plot,
+            plot_x,
+            plot_y,
+            recommendation,
+            update_file.profiles if update else (),
         )
     if output_format == "json":
         document: dict[str, Any] = {
@@ -346,6 +354,7 @@ def _recommendation_text(recommendation: Recommendation, command: str | None) ->
 
 def plot_clusters(
     clustering: InputClustering,
+    baseline: Sequence[InputProfile],
     path: Path,
     x: str,
     y: str,
@@ -360,8 +369,9 @@ def plot_clusters(
 
     figure, axes = plt.subplots(figsize=(8, 6))
     colours = plt.get_cmap("tab10")
+    by_id = {p.input_id: p for p in baseline}
     for index, cluster in enumerate(clustering.clusters_):
-        members = clustering.member_profiles(cluster.label)
+        members = [by_id[i] for i in cluster.members]
         noise = cluster.label == NOISE
         axes.scatter(
             [getattr(p, x) for p in members],

@@ -1,4 +1,6 @@
-"""Clustered-counter regression check (Shang et al., ICPE 2015; DESIGN.md §3.2).
+"""Clustered-counter regression check, after Shang, Hassan, Nasser and Flora,
+"Automated Detection of Performance Regressions Using Regression Models on
+Clustered Performance Counters" (ICPE 2015).
 
 A run's performance counters are compared with a baseline of good runs of the same test:
 
@@ -12,7 +14,7 @@ A run's performance counters are compared with a baseline of good runs of the sa
    (trimmed of its worst blocks: ``error_trim``) exceeds the threshold flags a
    regression.
 
-Real counter data breaks a literal reading of those steps (docs/counters.md): warm-up and
+Real counter data breaks a literal reading of those steps: warm-up and
 cool-down dominate the variance, identity counters (a PID) and counters whose level
 differs from run to run always look "most different", exact identities make distances
 zero, the redundancy analysis can remove every counter of a resource, lone counters get
@@ -205,7 +207,7 @@ class CounterCheckResult:
 
     @property
     def max_error(self) -> float | None:
-        """The largest prediction error of any cluster (the seed's per-run figure)."""
+        """The largest prediction error of any cluster (the paper's per-run figure)."""
         errors = [c.error for c in self.clusters if c.error is not None]
         return max(errors) if errors else None
 
@@ -281,11 +283,11 @@ class _Cluster:
 class CounterRegressionCheck(BaseEstimator):
     """Clustered-counter regression check: ``fit(baseline_runs).check(target)``.
 
-    The seed's parameters:
+    The paper's parameters:
 
     threshold: a cluster whose (excess) prediction error exceeds it flags a regression
-        (0.30, the seed's example); ``calibrate`` replaces it with one learnt from good
-        runs, as the seed recommends.
+        (0.30, the paper's example); ``calibrate`` replaces it with one learnt from good
+        runs, as the paper recommends.
     redundancy_r2: redundancy analysis threshold (0.9); None turns the analysis off.
     distance: "1-|rho|" (default) or "1-rho".
     max_clusters: the dendrogram is cut where Calinski-Harabasz peaks among 2 to this
@@ -312,7 +314,7 @@ class CounterRegressionCheck(BaseEstimator):
         whatever regresses. Skipped when there are not more samples than counters.
     shrinkage: the redundancy analysis works on the correlation matrix shrunk towards the
         identity, (1 - s) C + s I. As counters approach the number of samples every plain
-        R^2 tends to 1 by overfitting alone (the seed's system had thousands of counters),
+        R^2 tends to 1 by overfitting alone (the paper's system had thousands of counters),
         and shrinkage keeps the analysis meaningful. None (default): with more than twice
         as many samples as counters, the plain R^2 adjusted for the number of counters
         (Ledoit-Wolf over-shrinks when bursty counters give heavy tails); otherwise first
@@ -332,7 +334,7 @@ class CounterRegressionCheck(BaseEstimator):
         counter it broke. "beyond_baseline": the counter whose KS statistic against the
         target most exceeds the largest one between a good run and the other good runs
         (counters whose level differs from good run to good run, such as handle counts,
-        otherwise always look "most different"). "ks": the seed's rule, the largest KS
+        otherwise always look "most different"). "ks": the paper's rule, the largest KS
         statistic (the smallest p-value at equal sample sizes; p-values underflow to 0).
     decouple_strongest: each candidate is also modelled without its strongest predictor
         (largest standardized coefficient), and the model with the larger excess error
@@ -349,7 +351,7 @@ class CounterRegressionCheck(BaseEstimator):
         blow the error up; and a counter whose baseline median sample is below that floor
         (zero most of the time: pages/sec, queue lengths) is never a dependent, as a
         percentage of it means nothing; a cluster of such counters only is reported
-        unjudged. 0: values equal to zero are left out instead (the seed's plain MAPE).
+        unjudged. 0: values equal to zero are left out instead (the paper's plain MAPE).
     error_trim: each prediction error (on the target and on held-out good runs alike)
         averages the blocks' percentage errors without the worst ``error_trim`` share of
         them (20%, the customary trimmed mean, trimmed on the large side only). A
@@ -361,14 +363,14 @@ class CounterRegressionCheck(BaseEstimator):
         many steady-state samples, as if the counters had been sampled that much less
         often (the reduction still judges the samples). Bursty counters (page faults at
         each garbage collection) are unpredictable sample by sample and follow the load
-        only over a block, where the number of collections does. 1: the seed's samples.
+        only over a block, where the number of collections does. 1: the paper's samples.
     subtract_good_run_error: compare with the threshold the error in excess of the same
         model's usual error on good runs it was not fitted on (each baseline run left out
         in turn; mean + 2 standard deviations): "larger than usual modelling errors" in
-        the seed's words. A model of a noisy counter misses good runs by 15% too; its 20%
+        the paper's words. A model of a noisy counter misses good runs by 15% too; its 20%
         on the target is no regression, while 20% from a model that misses by 1% is.
     calibration_margin: a calibrated threshold is the largest excess error of any good
-        run checked against the others, plus this many points (absolute): the seed's
+        run checked against the others, plus this many points (absolute): the paper's
         "calibrate on a good run", with room for a good run a little worse than all of
         the calibration runs. (A prediction bound from the few leave-one-out values was
         too tight: they understate the tail of a maximum over many candidate models.)
@@ -427,7 +429,7 @@ class CounterRegressionCheck(BaseEstimator):
 
     @classmethod
     def seed_literal(cls, **overrides: Any) -> CounterRegressionCheck:
-        """The seed's steps with every deviation turned off (for comparison)."""
+        """The paper's steps with every deviation turned off (for comparison)."""
         params: dict[str, Any] = {
             "steady_state": "off",
             "drop_run_identities": False,
@@ -474,7 +476,7 @@ class CounterRegressionCheck(BaseEstimator):
         if not names:
             raise ValueError("no counter is recorded in every baseline run")
         runs = [self._prepare(run, names, i) for i, run in enumerate(baseline_runs)]
-        # the reduction judges the samples themselves, like the seed: block means average
+        # the reduction judges the samples themselves, like the paper: block means average
         # noise away and would make many more counters look redundant
         samples = np.vstack([run.samples for run in runs])
         blocks = np.vstack([run.values for run in runs])

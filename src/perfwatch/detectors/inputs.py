@@ -1,11 +1,15 @@
-"""Run-or-skip recommendation from per-input profiles (DESIGN.md §3.3, seed 002).
+"""Run-or-skip recommendation from per-input profiles.
+
+After Javed, Singh, Reger and Toor, "To test, or not to test: A proactive
+approach for deciding complete performance test initiation" (2022), written for
+a web service at CERN (CMS).
 
 When a performance suite's inputs keep growing, profiling every input on every
 code update is too slow. Instead:
 
 1. cluster the inputs by the program behaviour they cause (:class:`InputClustering`);
 2. on a code update, profile a seeded sample of each cluster (:func:`sample_inputs`);
-3. judge each sampled input with the seed's Algorithms 1 and 2
+3. judge each sampled input with the paper's Algorithms 1 and 2
    (:func:`time_threshold`, :func:`decide`) and let the votes decide
    (:class:`RunOrSkipRecommender`).
 
@@ -483,7 +487,7 @@ def sample_inputs(
     return sample
 
 
-# -- the seed's Algorithms 2 and 1 --------------------------------------------------------------
+# -- the paper's Algorithms 2 and 1 -------------------------------------------------------------
 
 ThresholdCase = Literal[
     "equal_statements", "between_neighbours", "beyond_upper_edge", "beyond_lower_edge"
@@ -597,7 +601,7 @@ def decide(
     """Algorithm 1 (decision to perform testing) for one updated input.
 
     Run when the time exceeds the threshold (raised by ``time_tolerance``, a
-    share of it, to absorb timing noise; 0 is the seed's rule); otherwise run
+    share of it, to absorb timing noise; 0 is the paper's rule); otherwise run
     when the slope statements/time of the same input fell by more than
     ``acceptable_slowdown`` from before the update to after it.
     """
@@ -688,7 +692,7 @@ class Recommendation:
         }
 
     def seed_table(self) -> str:
-        """The votes laid out as the seed's Tables I and II (x: gradient check not needed)."""
+        """The votes laid out as the paper's Tables I and II (x: gradient check not needed)."""
         labels = [vote.label for vote in self.votes]
         time_row = [str(vote.time_check) for vote in self.votes]
         gradient_row = [
@@ -720,13 +724,13 @@ class RunOrSkipRecommender(BaseEstimator):
     """Judge sampled inputs of a code update against the clustered baseline.
 
     ``acceptable_slowdown`` bounds the drop of the slope statements/time (the
-    seed's gradient check; 0.38 by default, the seed's value). Since the
+    paper's gradient check; 0.38 by default, the paper's value). Since the
     slope is statements per second, a drop d means the same statements take
     1 / (1 - d) times as long: 38% is a 1.61-fold time.
 
     ``time_tolerance`` raises every time threshold by that share before the
     time check, so that run-to-run timing jitter of an unchanged input does not
-    vote "run" (0 gives the seed's exact rule).
+    vote "run" (0 gives the paper's exact rule).
 
     ``reference``, when given to :meth:`recommend`, holds profiles of the
     sampled inputs on the old code, measured in the same session as the
@@ -921,7 +925,7 @@ class RunOrSkipRecommender(BaseEstimator):
 
 
 def _vote_label(group_number: int, label: int, position: int) -> str:
-    """C<cluster><input> as in the seed's tables; CN for the noise group."""
+    """C<cluster><input> as in the paper's tables; CN for the noise group."""
     group = "N" if label == NOISE else str(group_number)
     separator = "" if position < 10 and len(group) == 1 else "."
     return f"C{group}{separator}{position}"

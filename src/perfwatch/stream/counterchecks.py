@@ -1,6 +1,6 @@
 """The counter-cluster record handler: counter samples in, baselines kept, regression verdicts out.
 
-A record with a `counters` block is checked (DESIGN.md §3.2) against its
+A record with a `counters` block is checked against its
 baseline: the counter samples of the latest `counters.baseline_runs` runs of
 the same test and identifying attributes that raised no regression verdict.
 

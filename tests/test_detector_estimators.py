@@ -76,6 +76,8 @@ def test_series_analyzer_clone_keeps_its_params() -> None:
     assert copy.get_params() == {"params": params}
     assert len(copy) == 0
     assert copy.append(_step()) == analyzer.change_points_
+    with pytest.raises(ValueError, match="fixed"):
+        analyzer.set_params(params=EDivisiveParams())
 
 
 def test_every_public_name_is_importable() -> None:

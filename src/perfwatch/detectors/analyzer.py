@@ -102,6 +102,12 @@ class SeriesAnalyzer(ParamsMixin):
         """The detector's parameters, fixed for the analyzer's life (its state depends on them)."""
         return self._params
 
+    def set_params(self, **params: Any) -> SeriesAnalyzer:
+        """Refused: the analyzer's state depends on its parameters."""
+        raise ValueError(
+            "a SeriesAnalyzer's params are fixed; make a new one, e.g. SeriesAnalyzer(params)"
+        )
+
     # ------------------------------------------------------------------ views
     @property
     def change_points_(self) -> list[ChangePoint]:

@@ -200,9 +200,8 @@ class InputClustering(BaseEstimator):
 
     def fit(self, X: ArrayLike, ids: Sequence[str] | None = None) -> InputClustering:
         """Cluster the inputs: rows of X, named by ids (default "0", "1", ...)."""
-        raw = self._rows(X)
-        names = [str(i) for i in range(raw.shape[0])] if ids is None else list(ids)
-        self._check_parameters(raw, names)
+        raw, names = self._named_rows(X, ids)
+        self._check_parameters(names)
         order = sorted(range(len(names)), key=names.__getitem__)
         raw = raw[order]
         ordered = [names[i] for i in order]
@@ -232,16 +231,21 @@ class InputClustering(BaseEstimator):
             )
         return raw
 
+    def _named_rows(self, X: ArrayLike, ids: Sequence[str] | None) -> tuple[np.ndarray, list[str]]:
+        raw = self._rows(X)
+        names = [str(i) for i in range(raw.shape[0])] if ids is None else list(ids)
+        if len(names) != raw.shape[0]:
+            raise ValueError(f"{len(names)} ids for {raw.shape[0]} rows of X")
+        return raw, names
+
     def _ordering_column(self) -> int:
         return list(self.attributes).index("statements") if "statements" in self.attributes else 0
 
-    def _check_parameters(self, raw: np.ndarray, ids: Sequence[str]) -> None:
+    def _check_parameters(self, ids: Sequence[str]) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown clustering method {self.method!r}; use one of {METHODS}")
         if not ids:
             raise ValueError("no input profiles to cluster")
-        if len(ids) != raw.shape[0]:
-            raise ValueError(f"{len(ids)} ids for {raw.shape[0]} rows of X")
         if len(set(ids)) != len(ids):
             repeated = next(i for i in ids if ids.count(i) > 1)
             raise ValueError(f"input id {repeated!r} appears more than once")
@@ -354,8 +358,7 @@ class InputClustering(BaseEstimator):
         """Add arriving inputs (rows of X, named by ids); an input already known keeps
         its label and takes the new row.  Refits when too many of them do not fit (see
         the class doc)."""
-        raw = np.asarray(X, dtype=float).reshape(len(ids), len(self.attributes))
-        arriving = list(ids)
+        raw, arriving = self._named_rows(X, ids)
         replaced = [i for i in arriving if i in self.attribute_rows_]
         new = [k for k, i in enumerate(arriving) if i not in self.attribute_rows_]
         new_ids = [arriving[k] for k in new]

@@ -42,7 +42,7 @@ class RecordHandler(Protocol):
 
 
 def baseline_key(test: str, attributes: Mapping[str, str]) -> str:
-    """The blob key of a test's input baseline: the canonical series key without a metric."""
+    """The blob key of a test's baselines (inputs, counters): its series key without a metric."""
     return SeriesKey.of(test, "", dict(attributes)).canonical
 
 

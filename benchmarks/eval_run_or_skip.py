@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from config_service import evaluation, payloads, versions
 
 from perfwatch.cli.recommend import plot_clusters
-from perfwatch.detectors.inputs import InputClustering, RunOrSkipRecommender
+from perfwatch.detectors.inputs import InputClustering, RunOrSkipRecommender, input_table
 
 EXPECTED = {"bottleneck": "run", "refactor": "skip"}
 
@@ -57,14 +57,16 @@ def main() -> int:
         f"(interleaved rounds: warm-up, {args.repeats} timing, memory, counting)"
     )
     started = time.perf_counter()
-    clustering = InputClustering().fit(baseline.profiles)
+    clustering = InputClustering().fit(*input_table(baseline.profiles))
     print(f"Clustering ({time.perf_counter() - started:.2f} s): {clustering.selection_}")
     for cluster in clustering.clusters_:
         kinds = sorted({member.split("-")[0] for member in cluster.members})
         print(f"  {cluster.name:<10} {cluster.size:>4} inputs  ({', '.join(kinds)})")
     if args.plot_dir is not None:
         args.plot_dir.mkdir(parents=True, exist_ok=True)
-        plot_clusters(clustering, args.plot_dir / "clusters.png", "size", "statements")
+        plot_clusters(
+            clustering, baseline.profiles, args.plot_dir / "clusters.png", "size", "statements"
+        )
 
     recommender = RunOrSkipRecommender(acceptable_slowdown=args.acceptable_slowdown)
     results = []
@@ -72,6 +74,7 @@ def main() -> int:
         result = evaluation.judge_update(
             update,
             clustering,
+            baseline.profiles,
             inputs,
             per_cluster=args.per_cluster,
             seed=args.seed,
@@ -107,6 +110,7 @@ def main() -> int:
         if args.plot_dir is not None:
             plot_clusters(
                 clustering,
+                baseline.profiles,
                 args.plot_dir / f"{update}.png",
                 "size",
                 "statements",

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from perfwatch.cli.main import main
-from perfwatch.detectors.inputs import InputClustering
+from perfwatch.detectors.inputs import InputClustering, input_table
 from perfwatch.formats.input_profile import (
     InputProfileFile,
     read_input_profile,
@@ -49,9 +49,9 @@ def quick_run(evaluation: ModuleType) -> dict:
 
     inputs = payloads.generate(INPUTS, seed=1)
     baseline = evaluation.profile_suite(versions.BASELINE, inputs, repeats=7)
-    clustering = InputClustering().fit(baseline.profiles)
+    clustering = InputClustering().fit(*input_table(baseline.profiles))
     judged = {
-        update: evaluation.judge_update(update, clustering, inputs, repeats=15)
+        update: evaluation.judge_update(update, clustering, baseline.profiles, inputs, repeats=15)
         for update in versions.UPDATES
     }
     return {"baseline": baseline, "clustering": clustering, "judged": judged}

@@ -10,6 +10,7 @@ import orjson
 import pytest
 import statsmodels.api as sm
 
+from perfwatch.detectors.counter_steps import percentage_error
 from perfwatch.detectors.counters import (
     CLOCK,
     CONSTANT_IN_BASELINE,
@@ -22,7 +23,6 @@ from perfwatch.detectors.counters import (
     ZERO_VARIANCE,
     CounterRegressionCheck,
     CounterSamples,
-    percentage_error,
 )
 
 NAMES = ["cpu", "requests", "net", "disk", "log", "heap"]

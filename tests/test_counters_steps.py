@@ -13,7 +13,7 @@ from scipy.spatial.distance import squareform
 from scipy.stats import ks_2samp
 from sklearn.metrics import calinski_harabasz_score
 
-from perfwatch.detectors.counters import (
+from perfwatch.detectors.counter_steps import (
     block_means,
     calinski_harabasz_by_cut,
     cluster_counters,

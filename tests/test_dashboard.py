@@ -22,7 +22,7 @@ from perfwatch.config import Config
 from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.app import DashboardSettings, create_app, plotly_js_path
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
-from perfwatch.detectors.inputs import InputClustering, RunOrSkipRecommender
+from perfwatch.detectors.inputs import InputClustering, RunOrSkipRecommender, input_table
 from perfwatch.records import (
     InputProfile,
     MetricValue,
@@ -34,7 +34,7 @@ from perfwatch.records import (
 )
 from perfwatch.store import SeriesKey, StateStore, open_store
 from perfwatch.stream.changepoints import ChangePointHandler
-from perfwatch.stream.recommendations import baseline_key
+from perfwatch.stream.handlers import baseline_key
 
 T0 = datetime(2024, 3, 1, 2, 0, tzinfo=UTC)
 RUNS = 80
@@ -140,12 +140,12 @@ def counter_verdict(rng: np.random.Generator) -> Verdict:
 def recommendation_verdict(store: StateStore) -> Verdict:
     """Stores the suite's input profiles as the baseline; the update's recommendation."""
     suite = input_suite()
-    clustering = InputClustering().fit(suite)
+    clustering = InputClustering().fit(*input_table(suite))
     update = [
         input_profile("large-2", 51_800, 0.9, 502),
         input_profile("small-3", 1120, 0.0112, 13),
     ]
-    recommendation = RunOrSkipRecommender().recommend(clustering, update)
+    recommendation = RunOrSkipRecommender().recommend(clustering, suite, update)
     baseline = {"profiles": [asdict(p) for p in suite], "labels": clustering.labels_}
     with store.transaction() as tx:
         key = baseline_key("suite.inputs", {})
@@ -271,7 +271,9 @@ def test_inputs_view_places_votes_on_the_baseline_clusters(filled_store: StateSt
     assert view["test"] == "suite.inputs"
     assert len(view["profiles"]) == 16
     expected: dict[int, list[str]] = {}
-    for input_id, label in sorted(InputClustering().fit(input_suite()).labels_.items()):
+    for input_id, label in sorted(
+        InputClustering().fit(*input_table(input_suite())).labels_.items()
+    ):
         expected.setdefault(label, []).append(input_id)
     assert {c["label"]: c["members"] for c in view["clusters"]} == expected
     votes = {v["input_id"]: v["decision"] for v in view["votes"]}

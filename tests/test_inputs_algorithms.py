@@ -10,6 +10,7 @@ from perfwatch.detectors.inputs import (
     RunOrSkipRecommender,
     decide,
     gradient_change,
+    input_table,
     time_threshold,
 )
 from perfwatch.records import InputProfile
@@ -124,7 +125,7 @@ def test_gradient_is_undefined_without_time_or_statements() -> None:
 
 
 def one_cluster(profiles: list[InputProfile]) -> InputClustering:
-    return InputClustering("kmeans", n_clusters=1).fit(profiles)
+    return InputClustering("kmeans", n_clusters=1).fit(*input_table(profiles))
 
 
 BASELINE = [
@@ -138,7 +139,7 @@ BASELINE = [
 def test_votes_carry_their_reason_and_numbers() -> None:
     update = [profile("a", 100, 1.5), profile("b", 200, 2.05), profile("d", 400, 6.5)]
     recommendation = RunOrSkipRecommender(time_tolerance=0.1).recommend(
-        one_cluster(BASELINE), update
+        one_cluster(BASELINE), BASELINE, update
     )
     votes = {vote.input_id: vote for vote in recommendation.votes}
     assert [vote.label for vote in recommendation.votes] == ["C11", "C12", "C13"]
@@ -154,7 +155,7 @@ def test_votes_carry_their_reason_and_numbers() -> None:
 
 def test_all_votes_skip_gives_skip_and_no_advice() -> None:
     update = [profile(p.input_id, p.statements, p.cpu_time_s * 0.97) for p in BASELINE]
-    recommendation = RunOrSkipRecommender().recommend(one_cluster(BASELINE), update)
+    recommendation = RunOrSkipRecommender().recommend(one_cluster(BASELINE), BASELINE, update)
     assert recommendation.decision == "skip" and recommendation.run_share == 0
     assert recommendation.advice is None
     assert recommendation.seed_table().splitlines()[1:] == [
@@ -165,7 +166,9 @@ def test_all_votes_skip_gives_skip_and_no_advice() -> None:
 
 def test_a_close_vote_advises_a_larger_sample() -> None:
     update = [profile("a", 100, 2.0), profile("b", 200, 2.0)]
-    recommendation = RunOrSkipRecommender().recommend(one_cluster(BASELINE), update, per_cluster=3)
+    recommendation = RunOrSkipRecommender().recommend(
+        one_cluster(BASELINE), BASELINE, update, per_cluster=3
+    )
     assert recommendation.run_share == 0.5 and recommendation.close
     assert recommendation.decision == "run"  # a tie runs the suite
     assert recommendation.advice == {
@@ -184,9 +187,9 @@ def test_reference_profiles_remove_machine_drift() -> None:
     # Today the machine runs everything 30% slower; the update itself changes nothing.
     slower = [profile(p.input_id, p.statements, p.cpu_time_s * 1.3) for p in BASELINE]
     clustering = one_cluster(BASELINE)
-    without = RunOrSkipRecommender().recommend(clustering, slower)
+    without = RunOrSkipRecommender().recommend(clustering, BASELINE, slower)
     assert without.decision == "run"
-    corrected = RunOrSkipRecommender().recommend(clustering, slower, reference=slower)
+    corrected = RunOrSkipRecommender().recommend(clustering, BASELINE, slower, reference=slower)
     assert corrected.drift == pytest.approx(1.3)
     assert corrected.decision == "skip"
     assert all(vote.numbers["gradient_change"] == pytest.approx(0) for vote in corrected.votes)
@@ -199,7 +202,9 @@ def test_each_input_is_corrected_by_its_own_drift() -> None:
         profile("a", 100, 1.3),
         *(profile(p.input_id, p.statements, p.cpu_time_s) for p in BASELINE[1:]),
     ]
-    recommendation = RunOrSkipRecommender().recommend(one_cluster(BASELINE), now, reference=now)
+    recommendation = RunOrSkipRecommender().recommend(
+        one_cluster(BASELINE), BASELINE, now, reference=now
+    )
     assert recommendation.drift == pytest.approx(1.0)
     assert recommendation.votes[0].numbers["drift"] == pytest.approx(1.3)
     assert recommendation.run_votes == 0
@@ -207,7 +212,7 @@ def test_each_input_is_corrected_by_its_own_drift() -> None:
 
 def test_a_new_input_is_judged_in_the_cluster_it_falls_in() -> None:
     recommendation = RunOrSkipRecommender().recommend(
-        one_cluster(BASELINE), [profile("new", 250, 2.4, size=1.0)]
+        one_cluster(BASELINE), BASELINE, [profile("new", 250, 2.4, size=1.0)]
     )
     (vote,) = recommendation.votes
     assert vote.numbers["threshold_case"] == "between_neighbours"
@@ -225,4 +230,4 @@ def test_a_new_input_is_judged_in_the_cluster_it_falls_in() -> None:
 )
 def test_bad_parameters_are_rejected(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        RunOrSkipRecommender(**options).recommend(one_cluster(BASELINE), BASELINE)
+        RunOrSkipRecommender(**options).recommend(one_cluster(BASELINE), BASELINE, BASELINE)

@@ -50,8 +50,7 @@ from perfwatch.stream.counterchecks import (
     REGRESSION_KIND,
     CounterCheckHandler,
 )
-from perfwatch.stream.handlers import RecordHandler, build_handlers
-from perfwatch.stream.recommendations import baseline_key
+from perfwatch.stream.handlers import RecordHandler, baseline_key, build_handlers
 from perfwatch.stream.verdicts import DETECTED
 
 T0 = datetime(2024, 9, 2, 3, 0, tzinfo=UTC)

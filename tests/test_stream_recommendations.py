@@ -41,6 +41,7 @@ from perfwatch.detectors.inputs import (
     METHODS,
     InputClustering,
     RunOrSkipRecommender,
+    input_table,
     sample_inputs,
 )
 from perfwatch.formats.input_profile import InputProfileFile, write_input_profile
@@ -57,11 +58,11 @@ from perfwatch.records import (
 )
 from perfwatch.store import StateStore, open_store
 from perfwatch.stream.brokers import BrokerHandle, make_client
+from perfwatch.stream.handlers import baseline_key
 from perfwatch.stream.recommendations import (
     CLUSTERING_NAMESPACE,
     INPUT_BASELINE_NAMESPACE,
     InputsHandler,
-    baseline_key,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,7 +125,9 @@ def sampled(
 ) -> list[InputProfile]:
     """The seeded sample `perfwatch recommend` would ask for, as baseline profiles."""
     by_id = {p.input_id: p for p in profiles}
-    sample = sample_inputs(InputClustering().fit(profiles), per_cluster=per_cluster, seed=seed)
+    sample = sample_inputs(
+        InputClustering().fit(*input_table(profiles)), per_cluster=per_cluster, seed=seed
+    )
     return [by_id[i] for members in sample.values() for i in members]
 
 
@@ -222,7 +225,7 @@ def test_a_full_suite_becomes_the_baseline_the_dashboard_shows(store: StateStore
     handler = InputsHandler(Config())
     verdicts, _ = handle(store, handler, record(TEST, "suite-1", "full_suite", BASELINE))
     assert verdicts == []
-    expected = InputClustering().fit(BASELINE)
+    expected = InputClustering().fit(*input_table(BASELINE))
     stored = blob(store, INPUT_BASELINE_NAMESPACE)
     assert stored == {
         "profiles": [asdict(p) for p in sorted(BASELINE, key=lambda p: p.input_id)],
@@ -238,7 +241,7 @@ def test_a_full_suite_becomes_the_baseline_the_dashboard_shows(store: StateStore
 def test_a_bottleneck_runs_and_a_harmless_change_skips(store: StateStore) -> None:
     handler = InputsHandler(Config())
     handle(store, handler, record(TEST, "suite-1", "full_suite", BASELINE))
-    clustering = InputClustering().fit(BASELINE)
+    clustering = InputClustering().fit(*input_table(BASELINE))
     for name, decision in (("bottleneck", "run"), ("harmless", "skip")):
         sample = update_records(BASELINE)[name]
         verdict = only_verdict(store, handler, sample)
@@ -249,7 +252,10 @@ def test_a_bottleneck_runs_and_a_harmless_change_skips(store: StateStore) -> Non
         assert block is not None and block["decision"] == decision, block
         assert sample.inputs is not None
         library = RunOrSkipRecommender().recommend(
-            clustering, sample.inputs.profiles, reference=sample.inputs.reference_profiles
+            clustering,
+            BASELINE,
+            sample.inputs.profiles,
+            reference=sample.inputs.reference_profiles,
         )
         assert block == library.to_dict()
         assert block["drift"] == pytest.approx(DRIFT, rel=0.05)
@@ -311,25 +317,25 @@ def test_later_full_suites_join_the_baseline_as_the_clustering_update_says(
     store: StateStore,
 ) -> None:
     handler = InputsHandler(Config())
-    library = InputClustering().fit(BASELINE)
+    library = InputClustering().fit(*input_table(BASELINE))
     handle(store, handler, record(TEST, "suite-1", "full_suite", BASELINE))
 
     # Night 2: every input profiled again, and four new inputs like the others.
     night2 = retimed(BASELINE, 1.0, seed=11) + suite(4, seed=8, prefix="new")
-    outcome = library.update(night2)
+    outcome = library.update(*input_table(night2))
     assert not outcome.refitted and len(outcome.assigned) == 4
     handle(store, handler, record(TEST, "suite-2", "full_suite", night2, at=T0 + timedelta(1)))
     stored = blob(store, INPUT_BASELINE_NAMESPACE)
     assert stored is not None and stored["labels"] == library.labels_
     assert {p["input_id"]: p for p in stored["profiles"]} == {
-        p.input_id: asdict(p) for p in library.profiles_.values()
+        p.input_id: asdict(p) for p in [*BASELINE, *night2]
     }
 
     # Night 3: a new kind of input, far from the others: too many misfits, refit.
     night3 = [
         payload_profile(f"tar-{i}", "alignment", 2_000_000 + 9_000 * i, 0.2) for i in range(20)
     ]
-    outcome = library.update(night3)
+    outcome = library.update(*input_table(night3))
     assert outcome.refitted
     handle(store, handler, record(TEST, "suite-3", "full_suite", night3, at=T0 + timedelta(2)))
     stored = blob(store, INPUT_BASELINE_NAMESPACE)
@@ -343,7 +349,8 @@ def test_a_restored_clustering_judges_like_the_live_one(store: StateStore) -> No
     """A processor with nothing cached rebuilds the clustering from the store exactly,
     down to an input that joined as noise and keeps that label when profiled again."""
     live = InputsHandler(Config())
-    members = InputClustering().fit(BASELINE).member_profiles(0)
+    by_id = {p.input_id: p for p in BASELINE}
+    members = [by_id[i] for i in InputClustering().fit(*input_table(BASELINE)).cluster(0).members]
     newcomers = retimed([replace(p, input_id=f"new-{p.input_id}") for p in members[:10]], 1, 9)
     odd = payload_profile("odd", "calibration", 900_000, 0.4)  # fits no cluster
     nights = [
@@ -403,7 +410,8 @@ def test_a_changed_method_clusters_the_stored_profiles_again(store: StateStore) 
     assert by_kmeans.verdict_id != by_dbscan.verdict_id
     assert sample.inputs is not None
     library = RunOrSkipRecommender().recommend(
-        InputClustering("kmeans").fit(BASELINE),
+        InputClustering("kmeans").fit(*input_table(BASELINE)),
+        BASELINE,
         sample.inputs.profiles,
         reference=sample.inputs.reference_profiles,
     )
@@ -413,7 +421,7 @@ def test_a_changed_method_clusters_the_stored_profiles_again(store: StateStore) 
     handle(store, kmeans, record(TEST, "suite-2", "full_suite", night2, at=T0 + timedelta(1)))
     stored = blob(store, INPUT_BASELINE_NAMESPACE)
     assert stored is not None and stored["method"] == "kmeans"
-    assert stored["labels"] == InputClustering("kmeans").fit(BASELINE).labels_
+    assert stored["labels"] == InputClustering("kmeans").fit(*input_table(BASELINE)).labels_
 
 
 def test_a_close_vote_lists_the_larger_sample_to_profile(store: StateStore) -> None:
@@ -424,7 +432,7 @@ def test_a_close_vote_lists_the_larger_sample_to_profile(store: StateStore) -> N
     mixed = retimed(chosen[:half], 2.5, seed=18) + retimed(chosen[half:], 1.0, seed=19)
     block = only_verdict(store, handler, record(TEST, "u", "update_sample", mixed)).recommendation
     assert block is not None and block["close"], block
-    larger = sample_inputs(InputClustering().fit(BASELINE), per_cluster=4, seed=5)
+    larger = sample_inputs(InputClustering().fit(*input_table(BASELINE)), per_cluster=4, seed=5)
     assert block["advice"]["per_cluster"] == 4
     assert block["advice"]["inputs"] == [i for members in larger.values() for i in members]
     assert {p.input_id for p in chosen} <= set(block["advice"]["inputs"])
@@ -551,9 +559,9 @@ def test_real_profiles_of_the_example_service_are_judged_as_offline(
 
     inputs = payloads.generate(48, seed=3)
     baseline = example_service.profile_suite(versions.BASELINE, inputs, repeats=3).profiles
-    clustering = InputClustering().fit(baseline)
+    clustering = InputClustering().fit(*input_table(baseline))
     judged = {
-        update: example_service.judge_update(update, clustering, inputs, repeats=5)
+        update: example_service.judge_update(update, clustering, baseline, inputs, repeats=5)
         for update in versions.UPDATES
     }
     messages = [(TEST, orjson.dumps(record_doc(TEST, "suite", "full_suite", baseline)))]

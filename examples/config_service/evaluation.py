@@ -100,6 +100,7 @@ def profile_paired_suite(update: str, inputs: Payloads, *, repeats: int) -> Pair
 def judge_update(
     update: str,
     clustering: InputClustering,
+    baseline: Sequence[InputProfile],
     inputs: Payloads,
     *,
     per_cluster: int = 3,
@@ -109,7 +110,8 @@ def judge_update(
     recommender: RunOrSkipRecommender | None = None,
     profile_every_input: bool = False,
 ) -> UpdateEvaluation:
-    """Profile a seeded sample on old and new code alternately and recommend run or skip.
+    """Profile a seeded sample on old and new code alternately and recommend run or skip
+    against the clustered ``baseline`` profiles.
 
     ``repeats`` timing passes per sampled input and version; ``suite_repeats``
     per input and version when every input is profiled on both as well.
@@ -132,7 +134,7 @@ def judge_update(
         updated.append(pair["new"])
     sample_seconds = time.perf_counter() - started
     recommendation = (recommender or RunOrSkipRecommender()).recommend(
-        clustering, updated, reference=reference, per_cluster=per_cluster
+        clustering, baseline, updated, reference=reference, per_cluster=per_cluster
     )
     full_suite = (
         profile_paired_suite(update, inputs, repeats=suite_repeats) if profile_every_input else None

@@ -145,7 +145,7 @@ def compare(
         sys.exit(2)
     if output_format == "json":
         document = result.to_dict()
-        if check.calibration_ is not None:
+        if hasattr(check, "calibration_"):
             document["calibration"] = check.calibration_
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -162,7 +162,7 @@ def _runs(files: Sequence[str]) -> list[CounterSamples]:
 def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> str:
     """Verdict first, then clusters ranked by error, then what was left out."""
     source = "fixed"
-    if check.calibration_ is not None:
+    if hasattr(check, "calibration_"):
         source = f"calibrated on {len(check.calibration_['runs'])} good runs"
     judged = [c for c in result.clusters if c.excess_error is not None]
     if result.regression:

@@ -5,25 +5,19 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
 from perfwatch.cli.options import output_format_option
-from perfwatch.detectors.inputs import (
-    ATTRIBUTES,
-    CLUSTER_ATTRIBUTES,
-    METHODS,
-    NOISE,
-    InputClustering,
-    Recommendation,
-    RunOrSkipRecommender,
-    sample_inputs,
-)
+from perfwatch.detectors.input_attributes import ATTRIBUTES, CLUSTER_ATTRIBUTES, METHODS, NOISE
 from perfwatch.formats.errors import SourceError
 from perfwatch.formats.input_profile import InputProfileFile, read_input_profile
 from perfwatch.records import InputProfile
+
+if TYPE_CHECKING:
+    from perfwatch.detectors.inputs import InputClustering, Recommendation
 
 TIME_ATTRIBUTES = {"cpu": "cpu_time_s", "wall": "wall_time_s"}
 
@@ -166,6 +160,14 @@ def recommend(
     slope statements/time. The suite should run when at least half of the
     sampled inputs vote run.
     """
+    # scikit-learn loads with the recommender: not for `recommend --help`
+    from perfwatch.detectors.inputs import (
+        InputClustering,
+        RunOrSkipRecommender,
+        input_table,
+        sample_inputs,
+    )
+
     baseline_file = _read(baseline)
     chosen = tuple(name.strip() for name in attributes.split(",") if name.strip())
     try:
@@ -175,7 +177,7 @@ def recommend(
             eps=eps,
             min_samples=min_samples,
             n_clusters=n_clusters,
-        ).fit(baseline_file.profiles)
+        ).fit(*input_table(baseline_file.profiles, chosen))
     except ValueError as error:
         raise InputError(f"{baseline}: {error}") from None
     sample = sample_inputs(clustering, per_cluster=per_cluster, seed=seed)
@@ -197,6 +199,7 @@ def recommend(
         try:
             recommendation = recommender.recommend(
                 clustering,
+                baseline_file.profiles,
                 update_file.profiles,
                 reference=reference_profiles,
                 per_cluster=per_cluster,
@@ -210,7 +213,13 @@ def recommend(
 
     if plot is not None:
         plot_clusters(
-            clustering, plot, plot_x, plot_y, recommendation, update_file.profiles if update else ()
+            clustering,
+            baseline_file.profiles,
+            plot,
+            plot_x,
+            plot_y,
+            recommendation,
+            update_file.profiles if update else (),
         )
     if output_format == "json":
         document: dict[str, Any] = {
@@ -346,6 +355,7 @@ def _recommendation_text(recommendation: Recommendation, command: str | None) ->
 
 def plot_clusters(
     clustering: InputClustering,
+    baseline: Sequence[InputProfile],
     path: Path,
     x: str,
     y: str,
@@ -360,8 +370,9 @@ def plot_clusters(
 
     figure, axes = plt.subplots(figsize=(8, 6))
     colours = plt.get_cmap("tab10")
+    by_id = {p.input_id: p for p in baseline}
     for index, cluster in enumerate(clustering.clusters_):
-        members = clustering.member_profiles(cluster.label)
+        members = [by_id[i] for i in cluster.members]
         noise = cluster.label == NOISE
         axes.scatter(
             [getattr(p, x) for p in members],

@@ -19,11 +19,12 @@ import numpy as np
 import orjson
 
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
-from perfwatch.detectors.inputs import InputClustering
+from perfwatch.detectors.inputs import InputClustering, input_table
 from perfwatch.publishers.verdict_feed import summary_fields
 from perfwatch.records import InputProfile
 from perfwatch.store import OutboxEntry, Point, SeriesKey, StateStore
-from perfwatch.stream.recommendations import INPUT_BASELINE_NAMESPACE, baseline_key
+from perfwatch.stream.handlers import baseline_key
+from perfwatch.stream.recommendations import INPUT_BASELINE_NAMESPACE
 
 COUNTER_KINDS = ("counter_regression.detected", "counter_check.passed")
 RECOMMENDATION_KIND = "recommendation"
@@ -325,7 +326,7 @@ def baseline_inputs(
         return [], []
     labels = document.get("labels")
     if not isinstance(labels, dict):
-        clustering = InputClustering(document.get("method", "dbscan")).fit(profiles)
+        clustering = InputClustering(document.get("method", "dbscan")).fit(*input_table(profiles))
         labels = clustering.labels_
     rows = [{name: getattr(p, name) for name in ("input_id", *INPUT_ATTRIBUTES)} for p in profiles]
     return rows, [int(labels.get(p.input_id, -1)) for p in profiles]

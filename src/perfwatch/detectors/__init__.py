@@ -1,1 +1,75 @@
-"""detectors"""
+"""The detectors: E-Divisive change points, the clustered-counter regression
+check and the run-or-skip input clustering.
+
+Names are loaded on first use (PEP 562): ``from perfwatch.detectors import
+EDivisive`` loads numpy and the compiled kernels only, not scikit-learn,
+statsmodels or scipy, which the counter check and the input clustering need.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfwatch.detectors.analyzer import SeriesAnalyzer
+    from perfwatch.detectors.counters import (
+        CounterCheckResult,
+        CounterRegressionCheck,
+        CounterSamples,
+    )
+    from perfwatch.detectors.direction import classify_direction
+    from perfwatch.detectors.edivisive import (
+        ChangePoint,
+        EDivisive,
+        EDivisiveParams,
+        detect_change_points,
+    )
+    from perfwatch.detectors.inputs import (
+        InputClustering,
+        RunOrSkipRecommender,
+        sample_inputs,
+    )
+
+_MODULE_OF = {
+    "ChangePoint": "edivisive",
+    "EDivisive": "edivisive",
+    "EDivisiveParams": "edivisive",
+    "detect_change_points": "edivisive",
+    "SeriesAnalyzer": "analyzer",
+    "classify_direction": "direction",
+    "CounterCheckResult": "counters",
+    "CounterRegressionCheck": "counters",
+    "CounterSamples": "counters",
+    "InputClustering": "inputs",
+    "RunOrSkipRecommender": "inputs",
+    "sample_inputs": "inputs",
+}
+
+__all__ = [
+    "ChangePoint",
+    "CounterCheckResult",
+    "CounterRegressionCheck",
+    "CounterSamples",
+    "EDivisive",
+    "EDivisiveParams",
+    "InputClustering",
+    "RunOrSkipRecommender",
+    "SeriesAnalyzer",
+    "classify_direction",
+    "detect_change_points",
+    "sample_inputs",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -33,6 +33,7 @@ import orjson
 from numpy.typing import ArrayLike
 
 from perfwatch.detectors import _kernels as K
+from perfwatch.detectors._params import ParamsMixin
 from perfwatch.detectors.edivisive import (
     ChangePoint,
     EDivisiveParams,
@@ -75,8 +76,14 @@ def _params_from_json(d: Mapping[str, Any]) -> EDivisiveParams:
     return known
 
 
-class SeriesAnalyzer:
-    """Change points of one growing series; see the module docstring."""
+class SeriesAnalyzer(ParamsMixin):
+    """Change points of one growing series; see the module docstring.
+
+    Its one parameter, ``params``, is fixed for the analyzer's life (its state
+    depends on it): ``get_params`` and ``sklearn.base.clone`` work, setting it
+    does not.  ``change_points_``, ``values_`` and ``windows_computed_`` are
+    the results of the updates so far.
+    """
 
     def __init__(self, params: EDivisiveParams | None = None) -> None:
         self._params = params if params is not None else EDivisiveParams()
@@ -94,6 +101,12 @@ class SeriesAnalyzer:
     def params(self) -> EDivisiveParams:
         """The detector's parameters, fixed for the analyzer's life (its state depends on them)."""
         return self._params
+
+    def set_params(self, **params: Any) -> SeriesAnalyzer:
+        """Refused: the analyzer's state depends on its parameters."""
+        raise ValueError(
+            "a SeriesAnalyzer's params are fixed; make a new one, e.g. SeriesAnalyzer(params)"
+        )
 
     # ------------------------------------------------------------------ views
     @property
@@ -243,7 +256,7 @@ class SeriesAnalyzer:
                 "format": _FORMAT,
                 "params": _params_json(self.params),
                 "n": len(self),
-                "values": "included" if with_values else zlib.crc32(raw),
+                "values": "included" if with_values else zlib.crc32(raw.data),
                 "windows": len(self._chain),
                 "cps": int(self._chain.cps.shape[0]),
                 "change_points": [c.to_dict() for c in self._cps],
@@ -292,8 +305,8 @@ class SeriesAnalyzer:
         else:
             if values is None:
                 raise ValueError("this state was saved without its values; pass values")
-            raw = as_raw_values(values) if len(values) else np.zeros(0)
-            if raw.shape[0] != h["n"] or zlib.crc32(raw.astype("<f8", copy=False)) != saved:
+            raw = as_raw_values(values)
+            if raw.shape[0] != h["n"] or zlib.crc32(raw.astype("<f8", copy=False).data) != saved:
                 raise ValueError(
                     f"the values given ({raw.shape[0]}) are not the {h['n']} values "
                     "this state was saved with"

@@ -1,4 +1,6 @@
-"""Clustered-counter regression check (Shang et al., ICPE 2015; DESIGN.md §3.2).
+"""Clustered-counter regression check, after Shang, Hassan, Nasser and Flora,
+"Automated Detection of Performance Regressions Using Regression Models on
+Clustered Performance Counters" (ICPE 2015).
 
 A run's performance counters are compared with a baseline of good runs of the same test:
 
@@ -12,7 +14,7 @@ A run's performance counters are compared with a baseline of good runs of the sa
    (trimmed of its worst blocks: ``error_trim``) exceeds the threshold flags a
    regression.
 
-Real counter data breaks a literal reading of those steps (docs/counters.md): warm-up and
+Real counter data breaks a literal reading of those steps: warm-up and
 cool-down dominate the variance, identity counters (a PID) and counters whose level
 differs from run to run always look "most different", exact identities make distances
 zero, the redundancy analysis can remove every counter of a resource, lone counters get
@@ -29,19 +31,35 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-import statsmodels.api as sm
-from scipy.cluster.hierarchy import linkage
-from scipy.ndimage import median_filter
-from scipy.spatial.distance import squareform
-from scipy.stats import ks_2samp
-from sklearn.covariance import ledoit_wolf_shrinkage
+import statsmodels.api as sm  # type: ignore[import-untyped]
+from scipy.stats import ks_2samp  # type: ignore[import-untyped]
+from sklearn.base import BaseEstimator, clone  # type: ignore[import-untyped]
+from sklearn.covariance import ledoit_wolf_shrinkage  # type: ignore[import-untyped]
 
-Distance = Literal["1-|rho|", "1-rho"]
+from perfwatch.detectors.counter_steps import (
+    Distance,
+    RedundancyStep,
+    block_means,
+    cluster_counters,
+    correlation_distance,
+    correlation_matrix,
+    fill_missing,
+    ks_statistics,
+    merge_singletons,
+    pairwise_redundancy,
+    percentage_error,
+    redundancy_analysis,
+    shrink_correlation,
+    standardize,
+    steady_state_window,
+)
+
 SingletonRule = Literal["merge", "intercept", "skip"]
 SteadyState = Literal["auto", "off"]
 DependentSelection = Literal["largest_excess", "beyond_baseline", "ks"]
@@ -61,12 +79,6 @@ REDUNDANT = "redundant"
 # Ridge that keeps a correlation matrix with exact identities invertible; it moves an
 # R^2 by about this much, far below any threshold.
 _MIN_RIDGE = 1e-9
-# Below this many observations a run is too short to look for warm-up in.
-_MIN_OBSERVATIONS = 20
-# Normal-consistency factor of the median absolute deviation.
-_MAD_TO_SIGMA = 1.4826
-# Columns per chunk in the vectorized KS statistic (bounds the sort's memory).
-_KS_CHUNK = 256
 # A counter whose R^2 on the sample index is at least this in every run is a clock.
 _CLOCK_R2 = 0.9999
 
@@ -88,8 +100,7 @@ class CounterSamples:
                 f"{self._who}: {len(self.names)} names but {values.shape[1]} counter columns"
             )
         if len(set(self.names)) != len(self.names):
-            seen: set[str] = set()
-            duplicates = sorted({n for n in self.names if n in seen or seen.add(n)})
+            duplicates = sorted(n for n, count in Counter(self.names).items() if count > 1)
             raise ValueError(f"{self._who}: duplicate counter names {duplicates}")
         if np.isinf(values).any():
             row, column = np.argwhere(np.isinf(values))[0]
@@ -196,7 +207,7 @@ class CounterCheckResult:
 
     @property
     def max_error(self) -> float | None:
-        """The largest prediction error of any cluster (the seed's per-run figure)."""
+        """The largest prediction error of any cluster (the paper's per-run figure)."""
         errors = [c.error for c in self.clusters if c.error is not None]
         return max(errors) if errors else None
 
@@ -234,347 +245,6 @@ class CounterCheckResult:
         }
 
 
-# --- the steps, as pure functions over arrays ---------------------------------------------
-
-
-def fill_missing(values: np.ndarray) -> np.ndarray:
-    """Fill NaN samples by linear interpolation in time within the column (nearest value
-    at the ends). A column with no sample at all stays NaN."""
-    filled = np.array(values, dtype=np.float64, copy=True)
-    positions = np.arange(filled.shape[0])
-    for column in np.flatnonzero(np.isnan(filled).any(axis=0)):
-        observed = ~np.isnan(filled[:, column])
-        if observed.any():
-            filled[:, column] = np.interp(positions, positions[observed], filled[observed, column])
-    return filled
-
-
-def steady_state_window(
-    values: np.ndarray, *, z_limit: float = 2.0, max_trim_fraction: float = 0.25
-) -> tuple[int, int]:
-    """The [start, end) range of a run's observations after warm-up and before cool-down.
-
-    Each counter is scored by its distance from the median of the run's middle half, in
-    robust standard deviations (MAD); an observation belongs to the steady state when the
-    typical (median over counters) score, smoothed by a running median, is at most
-    ``z_limit``. Ramps move most load counters at once, so they stand out, while a few
-    drifting or bursty counters do not. At most ``max_trim_fraction`` of the run is cut at
-    each end. ``values`` must have no NaN (see fill_missing).
-    """
-    n = values.shape[0]
-    if n < _MIN_OBSERVATIONS:
-        return 0, n
-    middle = values[n // 4 : n - n // 4]
-    centre = np.median(middle, axis=0)
-    spread = np.median(np.abs(middle - centre), axis=0) * _MAD_TO_SIGMA
-    usable = spread > 0
-    if not usable.any():
-        return 0, n
-    scores = np.abs(values[:, usable] - centre[usable]) / spread[usable]
-    typical = np.median(scores, axis=1)
-    width = max(3, n // 50) | 1
-    smoothed = median_filter(typical, size=width, mode="nearest")
-    steady = np.flatnonzero(smoothed <= z_limit)
-    limit = int(max_trim_fraction * n)
-    if steady.size == 0:
-        return limit, n - limit
-    return min(int(steady[0]), limit), max(int(steady[-1]) + 1, n - limit)
-
-
-def correlation_matrix(values: np.ndarray) -> np.ndarray:
-    """Pearson correlation between the columns (none may be constant)."""
-    standardized = _standardize(values)
-    corr = standardized.T @ standardized / values.shape[0]
-    np.fill_diagonal(corr, 1.0)
-    return np.clip(corr, -1.0, 1.0)
-
-
-def shrink_correlation(correlation: np.ndarray, amount: float) -> np.ndarray:
-    """(1 - amount) C + amount I: the correlation matrix shrunk towards the identity."""
-    shrunk = (1.0 - amount) * correlation
-    shrunk[np.diag_indices_from(shrunk)] = 1.0
-    return shrunk
-
-
-@dataclass(frozen=True)
-class RedundancyStep:
-    """One removal of the redundancy analysis: the counter index (into the matrix given),
-    its R^2 on the counters still present, and its standardized regression coefficients
-    on them (index -> beta)."""
-
-    index: int
-    r_squared: float
-    coefficients: dict[int, float]
-
-
-def redundancy_analysis(
-    correlation: np.ndarray,
-    r2_threshold: float,
-    *,
-    observations: int | None = None,
-    keep: Iterable[int] = (),
-    block: int = 64,
-) -> list[RedundancyStep]:
-    """Repeatedly remove the counter with the highest R^2 on all the others while that R^2
-    exceeds ``r2_threshold``; counters in ``keep`` are never removed. With
-    ``observations`` the R^2 is adjusted for the number of predictors (n observations,
-    p predictors: 1 - (1 - R^2)(n - 1)/(n - p - 1)).
-
-    R^2_i = 1 - 1/(C^-1)_ii for a correlation matrix C, and removing counter j turns the
-    inverse of C into that of C without row and column j by a rank-one downdate,
-    P - P[:, j] P[j, :] / P_jj. The downdates are accumulated and applied in blocks (one
-    matrix product per ``block`` removals), so thousands of counters cost a few matrix
-    products instead of a regression per counter per removal. Ties go to the lower index.
-    """
-    size = correlation.shape[0]
-    inverse = np.linalg.inv(correlation)
-    inverse = (inverse + inverse.T) / 2
-    diagonal = np.diag(inverse).copy()
-    rows = np.arange(size)  # original index of each row of `inverse`, compacted as we go
-    present = np.ones(size, dtype=bool)
-    removable = np.ones(size, dtype=bool)
-    removable[list(keep)] = False
-    pending = np.empty((size, block))
-    pending_scale = np.empty(block)
-    pending_count = 0
-    steps: list[RedundancyStep] = []
-    while True:
-        candidates = np.flatnonzero(present & removable)
-        remaining = int(present.sum())
-        if candidates.size == 0 or remaining < 2:
-            return steps
-        r2 = 1.0 - 1.0 / diagonal[candidates]
-        if observations is not None:
-            predictors = remaining - 1
-            if observations - predictors - 1 <= 0:
-                raise ValueError(
-                    f"adjusted R^2 needs more observations ({observations}) than counters "
-                    f"({remaining})"
-                )
-            r2 = 1.0 - (1.0 - r2) * (observations - 1) / (observations - predictors - 1)
-        best = int(np.argmax(r2))
-        if r2[best] <= r2_threshold:
-            return steps
-        victim = int(candidates[best])
-        # the victim's current inverse column: stored column minus the pending downdates
-        column = inverse[:, victim] - pending[:, :pending_count] @ (
-            pending[victim, :pending_count] * pending_scale[:pending_count]
-        )
-        pivot = column[victim]
-        others = np.flatnonzero(present)
-        others = others[others != victim]
-        steps.append(
-            RedundancyStep(
-                index=int(rows[victim]),
-                r_squared=float(r2[best]),
-                coefficients={int(rows[i]): float(-column[i] / pivot) for i in others},
-            )
-        )
-        pending[:, pending_count] = column
-        pending_scale[pending_count] = 1.0 / pivot
-        pending_count += 1
-        diagonal -= column**2 / pivot
-        present[victim] = False
-        if pending_count == block:
-            inverse -= (pending * pending_scale) @ pending.T
-            pending_count = 0
-            if present.sum() < 0.75 * present.size:
-                # drop removed rows and columns so later products get cheaper
-                alive = np.flatnonzero(present)
-                inverse = inverse[np.ix_(alive, alive)]
-                diagonal, rows, removable = diagonal[alive], rows[alive], removable[alive]
-                present = np.ones(alive.size, dtype=bool)
-                pending = np.empty((alive.size, block))
-
-
-def pairwise_redundancy(correlation: np.ndarray, r2_threshold: float) -> list[tuple[int, int]]:
-    """Counters that one other counter alone predicts with R^2 (= rho^2) above the
-    threshold, as (removed, the counter that predicts it): pairs are taken from the
-    strongest down, and of a pair whose two counters are both still present the one
-    with the higher index goes. Each removal is one the full redundancy analysis would
-    also make, since R^2 on all others is at least R^2 on one of them."""
-    upper = np.triu(correlation**2, k=1)
-    rows, columns = np.nonzero(upper > r2_threshold)
-    order = np.lexsort((columns, rows, -upper[rows, columns]))
-    present = np.ones(correlation.shape[0], dtype=bool)
-    removed = []
-    for row, column in zip(rows[order], columns[order], strict=True):
-        if present[row] and present[column]:
-            present[column] = False
-            removed.append((int(column), int(row)))
-    return removed
-
-
-def correlation_distance(correlation: np.ndarray, kind: Distance = "1-|rho|") -> np.ndarray:
-    """Pearson distance between counters: 1 - |rho| (inversely correlated counters are
-    close) or 1 - rho."""
-    if kind == "1-|rho|":
-        distance = 1.0 - np.abs(correlation)
-    elif kind == "1-rho":
-        distance = 1.0 - correlation
-    else:
-        raise ValueError(f"distance must be '1-|rho|' or '1-rho', not {kind!r}")
-    distance = np.clip((distance + distance.T) / 2, 0.0, None)
-    np.fill_diagonal(distance, 0.0)
-    return distance
-
-
-def calinski_harabasz_by_cut(merges: np.ndarray) -> np.ndarray:
-    """Calinski-Harabasz index of every cut of an average-linkage dendrogram.
-
-    ``merges`` is scipy's linkage matrix over n counters; entry k of the result is the
-    index of the cut into k clusters (NaN for k < 2 and k = n, where it is undefined).
-    The distances are treated as squared Euclidean distances, which 1 - rho is up to a
-    factor 2 (between counters standardized to unit length); the within-cluster sum of
-    squares of a cluster C is then sum_{i<j in C} d_ij / |C|. An average-linkage merge
-    height is the mean distance between the two clusters merged, so each merge updates
-    the within sums in O(1) and all n cuts cost O(n).
-    """
-    n = merges.shape[0] + 1
-    pair_sum = np.zeros(2 * n - 1)  # sum over unordered pairs inside each dendrogram node
-    count = np.ones(2 * n - 1)
-    within = 0.0  # within-cluster sum of squares of the current cut
-    within_by_k = np.full(n + 1, np.nan)
-    within_by_k[n] = 0.0
-    for step, (left, right, height, size) in enumerate(merges):
-        left, right, node = int(left), int(right), n + step
-        count[node] = size
-        pair_sum[node] = pair_sum[left] + pair_sum[right] + height * count[left] * count[right]
-        within += (
-            pair_sum[node] / count[node]
-            - pair_sum[left] / count[left]
-            - pair_sum[right] / count[right]
-        )
-        within_by_k[n - step - 1] = within
-    total = within_by_k[1]
-    scores = np.full(n + 1, np.nan)
-    for k in range(2, n):
-        between = max(total - within_by_k[k], 0.0)
-        if within_by_k[k] <= 0.0:
-            scores[k] = math.inf if between > 0 else math.nan
-        else:
-            scores[k] = (between / (k - 1)) / (within_by_k[k] / (n - k))
-    return scores
-
-
-def cut_dendrogram(merges: np.ndarray, clusters: int) -> np.ndarray:
-    """Cluster label (0..clusters-1, in order of first member) of each of the n leaves
-    after the first n - clusters merges."""
-    n = merges.shape[0] + 1
-    groups: dict[int, list[int]] = {leaf: [leaf] for leaf in range(n)}
-    for step in range(n - clusters):
-        left, right = int(merges[step, 0]), int(merges[step, 1])
-        groups[n + step] = groups.pop(left) + groups.pop(right)
-    labels = np.empty(n, dtype=int)
-    for label, members in enumerate(sorted(groups.values(), key=min)):
-        labels[members] = label
-    return labels
-
-
-def cluster_counters(
-    distance: np.ndarray, max_clusters: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Average-linkage clustering cut where Calinski-Harabasz peaks among 2 to
-    ``max_clusters`` clusters (default: half the counters): (labels, CH by k). Two
-    counters or fewer form one cluster (the index needs 2 <= k < n)."""
-    n = distance.shape[0]
-    if n <= 2:
-        return np.zeros(n, dtype=int), np.full(n + 1, np.nan)
-    merges = linkage(squareform(distance, checks=False), method="average")
-    scores = calinski_harabasz_by_cut(merges)
-    allowed = scores[: max(2, max_clusters or n // 2) + 1]
-    if np.isnan(allowed).all():
-        return np.zeros(n, dtype=int), scores
-    return cut_dendrogram(merges, int(np.nanargmax(allowed))), scores
-
-
-def merge_singletons(labels: np.ndarray, distance: np.ndarray) -> np.ndarray:
-    """Each lone counter joins the cluster at the smallest mean distance from it, which
-    may be another lone counter (lone counters nearest to each other end up together).
-    Labels renumbered in order of first member."""
-    sizes = np.bincount(labels)
-    lone = np.flatnonzero(sizes[labels] == 1)
-    parent = np.arange(sizes.size)
-    if lone.size and sizes.size > 1:
-        membership = (labels[:, None] == np.arange(sizes.size)[None, :]).astype(np.float64)
-        means = distance[lone] @ membership / sizes
-        means[np.arange(lone.size), labels[lone]] = np.inf  # not its own cluster
-        for cluster, nearest in zip(labels[lone], np.argmin(means, axis=1), strict=True):
-            parent[_root(parent, cluster)] = _root(parent, int(nearest))
-    roots = np.array([_root(parent, label) for label in labels])
-    _, first, inverse = np.unique(roots, return_index=True, return_inverse=True)
-    return np.argsort(np.argsort(first))[inverse]
-
-
-def _root(parent: np.ndarray, node: int) -> int:
-    while parent[node] != node:
-        parent[node] = parent[parent[node]]
-        node = int(parent[node])
-    return int(node)
-
-
-def ks_statistics(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """Two-sample Kolmogorov-Smirnov statistic of every column, NaN samples left out
-    (equal to scipy.stats.ks_2samp(...).statistic column by column)."""
-    result = np.empty(first.shape[1])
-    for start in range(0, first.shape[1], _KS_CHUNK):
-        chunk = slice(start, start + _KS_CHUNK)
-        both = np.vstack([first[:, chunk], second[:, chunk]])
-        order = np.argsort(both, axis=0, kind="stable")
-        ordered = np.take_along_axis(both, order, axis=0)
-        observed = ~np.isnan(ordered)
-        from_first = (order < first.shape[0]) & observed
-        from_second = (order >= first.shape[0]) & observed
-        with np.errstate(invalid="ignore", divide="ignore"):
-            gap = np.cumsum(from_first, axis=0) / from_first.sum(axis=0) - np.cumsum(
-                from_second, axis=0
-            ) / from_second.sum(axis=0)
-        # the empirical CDFs are compared after the last of equal values
-        last_of_ties = np.ones(ordered.shape, dtype=bool)
-        last_of_ties[:-1] = ordered[1:] != ordered[:-1]
-        result[chunk] = np.nanmax(np.where(last_of_ties, np.abs(gap), 0.0), axis=0)
-    return result
-
-
-def block_means(values: np.ndarray, window: int) -> np.ndarray:
-    """Means of consecutive blocks of ``window`` rows (the last block may be shorter),
-    NaN samples left out; NaN for a block with no sample. 1-D or 2-D input."""
-    if window <= 1:
-        return np.asarray(values, dtype=np.float64)
-    starts = np.arange(0, values.shape[0], window)
-    present = ~np.isnan(values)
-    totals = np.add.reduceat(np.where(present, values, 0.0), starts, axis=0)
-    counts = np.add.reduceat(present, starts, axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, totals / counts, np.nan)
-
-
-def percentage_error(
-    actual: np.ndarray, predicted: np.ndarray, floor: float, trim: float = 0.0
-) -> float:
-    """Mean absolute percentage error, each denominator max(|actual|, floor).
-
-    NaN in ``actual`` marks a value that was not observed: left out. With ``floor`` > 0 a
-    value near zero is measured against the floor instead of dividing by (almost)
-    nothing. With ``floor`` = 0 values equal to zero are left out. ``trim``: the largest
-    floor(trim x count) percentages are left out before averaging (a trimmed mean of the
-    worst side only). NaN when nothing is left.
-    """
-    scored = ~np.isnan(actual)
-    actual, predicted = actual[scored], predicted[scored]
-    magnitude = np.abs(actual)
-    if floor <= 0:
-        scored = magnitude > 0
-        actual, predicted, magnitude = actual[scored], predicted[scored], magnitude[scored]
-    if actual.size == 0:
-        return math.nan
-    errors = np.abs(actual - predicted) / np.maximum(magnitude, floor)
-    kept = errors.size - int(trim * errors.size)
-    if kept < errors.size:
-        errors = np.partition(errors, kept - 1)[:kept]
-    return float(np.mean(errors))
-
-
 # --- the detector ------------------------------------------------------------------------
 
 
@@ -610,14 +280,14 @@ class _Cluster:
     redundant: list[str] = field(default_factory=list)  # dependents only
 
 
-class CounterRegressionCheck:
+class CounterRegressionCheck(BaseEstimator):
     """Clustered-counter regression check: ``fit(baseline_runs).check(target)``.
 
-    The seed's parameters:
+    The paper's parameters:
 
     threshold: a cluster whose (excess) prediction error exceeds it flags a regression
-        (0.30, the seed's example); ``calibrate`` replaces it with one learnt from good
-        runs, as the seed recommends.
+        (0.30, the paper's example); ``calibrate`` replaces it with one learnt from good
+        runs, as the paper recommends.
     redundancy_r2: redundancy analysis threshold (0.9); None turns the analysis off.
     distance: "1-|rho|" (default) or "1-rho".
     max_clusters: the dendrogram is cut where Calinski-Harabasz peaks among 2 to this
@@ -644,7 +314,7 @@ class CounterRegressionCheck:
         whatever regresses. Skipped when there are not more samples than counters.
     shrinkage: the redundancy analysis works on the correlation matrix shrunk towards the
         identity, (1 - s) C + s I. As counters approach the number of samples every plain
-        R^2 tends to 1 by overfitting alone (the seed's system had thousands of counters),
+        R^2 tends to 1 by overfitting alone (the paper's system had thousands of counters),
         and shrinkage keeps the analysis meaningful. None (default): with more than twice
         as many samples as counters, the plain R^2 adjusted for the number of counters
         (Ledoit-Wolf over-shrinks when bursty counters give heavy tails); otherwise first
@@ -664,7 +334,7 @@ class CounterRegressionCheck:
         counter it broke. "beyond_baseline": the counter whose KS statistic against the
         target most exceeds the largest one between a good run and the other good runs
         (counters whose level differs from good run to good run, such as handle counts,
-        otherwise always look "most different"). "ks": the seed's rule, the largest KS
+        otherwise always look "most different"). "ks": the paper's rule, the largest KS
         statistic (the smallest p-value at equal sample sizes; p-values underflow to 0).
     decouple_strongest: each candidate is also modelled without its strongest predictor
         (largest standardized coefficient), and the model with the larger excess error
@@ -681,7 +351,7 @@ class CounterRegressionCheck:
         blow the error up; and a counter whose baseline median sample is below that floor
         (zero most of the time: pages/sec, queue lengths) is never a dependent, as a
         percentage of it means nothing; a cluster of such counters only is reported
-        unjudged. 0: values equal to zero are left out instead (the seed's plain MAPE).
+        unjudged. 0: values equal to zero are left out instead (the paper's plain MAPE).
     error_trim: each prediction error (on the target and on held-out good runs alike)
         averages the blocks' percentage errors without the worst ``error_trim`` share of
         them (20%, the customary trimmed mean, trimmed on the large side only). A
@@ -693,14 +363,14 @@ class CounterRegressionCheck:
         many steady-state samples, as if the counters had been sampled that much less
         often (the reduction still judges the samples). Bursty counters (page faults at
         each garbage collection) are unpredictable sample by sample and follow the load
-        only over a block, where the number of collections does. 1: the seed's samples.
+        only over a block, where the number of collections does. 1: the paper's samples.
     subtract_good_run_error: compare with the threshold the error in excess of the same
         model's usual error on good runs it was not fitted on (each baseline run left out
         in turn; mean + 2 standard deviations): "larger than usual modelling errors" in
-        the seed's words. A model of a noisy counter misses good runs by 15% too; its 20%
+        the paper's words. A model of a noisy counter misses good runs by 15% too; its 20%
         on the target is no regression, while 20% from a model that misses by 1% is.
     calibration_margin: a calibrated threshold is the largest excess error of any good
-        run checked against the others, plus this many points (absolute): the seed's
+        run checked against the others, plus this many points (absolute): the paper's
         "calibrate on a good run", with room for a good run a little worse than all of
         the calibration runs. (A prediction bound from the few leave-one-out values was
         too tight: they understate the tail of a maximum over many candidate models.)
@@ -756,11 +426,10 @@ class CounterRegressionCheck:
         self.calibration_margin = calibration_margin
         self.max_missing_fraction = max_missing_fraction
         self.look_first = look_first
-        self.calibration_: dict[str, Any] | None = None
 
     @classmethod
     def seed_literal(cls, **overrides: Any) -> CounterRegressionCheck:
-        """The seed's steps with every deviation turned off (for comparison)."""
+        """The paper's steps with every deviation turned off (for comparison)."""
         params: dict[str, Any] = {
             "steady_state": "off",
             "drop_run_identities": False,
@@ -778,34 +447,9 @@ class CounterRegressionCheck:
         params.update(overrides)
         return cls(**params)
 
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "threshold": self.threshold,
-            "redundancy_r2": self.redundancy_r2,
-            "distance": self.distance,
-            "max_clusters": self.max_clusters,
-            "steady_state": self.steady_state,
-            "steady_state_z": self.steady_state_z,
-            "max_trim_fraction": self.max_trim_fraction,
-            "drop_run_identities": self.drop_run_identities,
-            "identity_r2": self.identity_r2,
-            "shrinkage": self.shrinkage,
-            "redundant_dependents": self.redundant_dependents,
-            "dependent_selection": self.dependent_selection,
-            "decouple_strongest": self.decouple_strongest,
-            "singletons": self.singletons,
-            "error_floor": self.error_floor,
-            "error_trim": self.error_trim,
-            "block": self.block,
-            "subtract_good_run_error": self.subtract_good_run_error,
-            "calibration_margin": self.calibration_margin,
-            "max_missing_fraction": self.max_missing_fraction,
-            "look_first": self.look_first,
-        }
-
     @property
     def effective_threshold(self) -> float:
-        if self.calibration_ is not None:
+        if hasattr(self, "calibration_"):
             return float(self.calibration_["threshold"])
         return self.threshold
 
@@ -832,7 +476,7 @@ class CounterRegressionCheck:
         if not names:
             raise ValueError("no counter is recorded in every baseline run")
         runs = [self._prepare(run, names, i) for i, run in enumerate(baseline_runs)]
-        # the reduction judges the samples themselves, like the seed: block means average
+        # the reduction judges the samples themselves, like the paper: block means average
         # noise away and would make many more counters look redundant
         samples = np.vstack([run.samples for run in runs])
         blocks = np.vstack([run.values for run in runs])
@@ -922,7 +566,7 @@ class CounterRegressionCheck:
                     for gone, kept in twins
                 ]
                 analysed = np.delete(analysed, [gone for gone, _ in twins])
-                values = _standardize(samples[:, analysed])
+                values = standardize(samples[:, analysed])
                 amount = float(ledoit_wolf_shrinkage(values, assume_centered=True))
         values = samples[:, analysed]
         observations, counters = values.shape
@@ -949,7 +593,7 @@ class CounterRegressionCheck:
         if not positions:
             return removed
         columns = [names.index(removed[i].counter) for i in positions]
-        correlation = _standardize(blocks[:, columns]).T @ _standardize(blocks[:, kept])
+        correlation = standardize(blocks[:, columns]).T @ standardize(blocks[:, kept])
         correlation /= blocks.shape[0]
         gaps = 1.0 - (np.abs(correlation) if self.distance == "1-|rho|" else correlation)
         membership = (labels[:, None] == np.arange(len(clusters))[None, :]).astype(np.float64)
@@ -1045,7 +689,7 @@ class CounterRegressionCheck:
         return CounterCheckResult(
             regression=bool(flagged),
             threshold=threshold,
-            threshold_source="calibrated" if self.calibration_ is not None else "fixed",
+            threshold_source="calibrated" if hasattr(self, "calibration_") else "fixed",
             clusters=results,
             removed=removed,
             look_first=look_first,
@@ -1214,7 +858,8 @@ class CounterRegressionCheck:
         scores = _Scores(len(candidates))
         for c, name in enumerate(candidates):
             floor = self.error_floor * float(np.mean(np.abs(self._baseline[name])))
-            for variant in (0, 1) if strongest[c] is not None else (0,):
+            decoupled = strongest[c]
+            for variant in (0,) if decoupled is None else (0, 1):
                 error = percentage_error(
                     target_observed[name], on_target[:, c, variant], floor, self.error_trim
                 )
@@ -1238,7 +883,9 @@ class CounterRegressionCheck:
                 excess = excess if math.isfinite(excess) else -math.inf
                 if variant == 0 or excess > scores.excess[c]:
                     scores.error[c], scores.usual[c], scores.excess[c] = error, usual, excess
-                    scores.left_out[c] = None if variant == 0 else members[strongest[c] - 1]
+                    scores.left_out[c] = (
+                        members[decoupled - 1] if variant == 1 and decoupled is not None else None
+                    )
         return scores
 
     # --- calibration -------------------------------------------------------------------
@@ -1252,9 +899,9 @@ class CounterRegressionCheck:
         largest: list[float] = []
         for held_out, run in enumerate(good_runs):
             others = [r for i, r in enumerate(good_runs) if i != held_out]
-            check = CounterRegressionCheck(**self.get_params()).fit(others)
+            check = clone(self).fit(others)
             largest.append(check.check(run).max_excess_error or 0.0)
-        self.calibration_ = {
+        self.calibration_: dict[str, Any] = {
             "runs": [_run_label(run, i) for i, run in enumerate(good_runs)],
             "largest_excess_errors": largest,
             "margin": self.calibration_margin,
@@ -1414,13 +1061,6 @@ def _present(values: np.ndarray) -> np.ndarray:
 
 def _finite(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
-
-
-def _standardize(values: np.ndarray) -> np.ndarray:
-    """Columns centred and scaled to unit variance; a constant column becomes zeros."""
-    centred = values - values.mean(axis=0)
-    spread = centred.std(axis=0)
-    return centred / np.where(spread > 0, spread, 1.0)
 
 
 def _constant_tolerance(values: np.ndarray) -> np.ndarray:

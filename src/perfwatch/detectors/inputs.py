@@ -1,11 +1,15 @@
-"""Run-or-skip recommendation from per-input profiles (DESIGN.md §3.3, seed 002).
+"""Run-or-skip recommendation from per-input profiles.
+
+After Javed, Singh, Reger and Toor, "To test, or not to test: A proactive
+approach for deciding complete performance test initiation" (2022), written for
+a web service at CERN (CMS).
 
 When a performance suite's inputs keep growing, profiling every input on every
 code update is too slow. Instead:
 
 1. cluster the inputs by the program behaviour they cause (:class:`InputClustering`);
 2. on a code update, profile a seeded sample of each cluster (:func:`sample_inputs`);
-3. judge each sampled input with the seed's Algorithms 1 and 2
+3. judge each sampled input with the paper's Algorithms 1 and 2
    (:func:`time_threshold`, :func:`decide`) and let the votes decide
    (:class:`RunOrSkipRecommender`).
 
@@ -18,44 +22,56 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator  # type: ignore[import-untyped]
+from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans  # type: ignore[import-untyped]
+from sklearn.metrics import silhouette_score  # type: ignore[import-untyped]
+from sklearn.mixture import GaussianMixture  # type: ignore[import-untyped]
+from sklearn.neighbors import NearestNeighbors  # type: ignore[import-untyped]
 
-# scikit-learn is imported where a model is fitted: `perfwatch recommend --help` and the
-# option lists built from this module's constants should not wait for it.
-if TYPE_CHECKING:
-    from sklearn.cluster import KMeans
-    from sklearn.mixture import GaussianMixture
-
-from perfwatch.records import InputProfile
-
-ATTRIBUTES: tuple[str, ...] = (
-    "size",
-    "wall_time_s",
-    "cpu_time_s",
-    "peak_memory_bytes",
-    "statements",
-    "function_calls",
-    "loop_iterations",
-    "conditionals",
+from perfwatch.detectors.input_attributes import (
+    ATTRIBUTES,
+    CLUSTER_ATTRIBUTES,
+    METHODS,
+    NOISE,
+    Method,
+    TimeAttribute,
 )
-# Wall time is left out by default: it says what CPU time says, with more noise.
-CLUSTER_ATTRIBUTES: tuple[str, ...] = tuple(name for name in ATTRIBUTES if name != "wall_time_s")
-NOISE = -1
-Method = Literal["dbscan", "kmeans", "gmm", "agglomerative"]
-METHODS: tuple[str, ...] = ("dbscan", "kmeans", "gmm", "agglomerative")
-TimeAttribute = Literal["cpu_time_s", "wall_time_s"]
 
 
-def attribute_matrix(profiles: Sequence[InputProfile], attributes: Sequence[str]) -> np.ndarray:
+class Profile(Protocol):
+    """An input's profile as the recommender reads it: its id, and each of ATTRIBUTES
+    by name (``perfwatch.records.InputProfile`` is one)."""
+
+    @property
+    def input_id(self) -> str: ...
+
+    @property
+    def statements(self) -> float: ...
+
+
+def attribute_matrix(profiles: Sequence[Profile], attributes: Sequence[str]) -> np.ndarray:
     """Rows = profiles, columns = attributes, as floats."""
-    unknown = [name for name in attributes if name not in ATTRIBUTES]
-    if unknown:
-        raise ValueError(f"unknown attribute {unknown[0]!r}; known: {', '.join(ATTRIBUTES)}")
+    _check_attributes(attributes)
     return np.array(
         [[float(getattr(p, name)) for name in attributes] for p in profiles], dtype=float
     ).reshape(len(profiles), len(attributes))
+
+
+def input_table(
+    profiles: Sequence[Profile], attributes: Sequence[str] = CLUSTER_ATTRIBUTES
+) -> tuple[np.ndarray, list[str]]:
+    """What :meth:`InputClustering.fit` takes from profiles: their attribute rows and ids."""
+    return attribute_matrix(profiles, attributes), [p.input_id for p in profiles]
+
+
+def _check_attributes(attributes: Sequence[str]) -> None:
+    unknown = [name for name in attributes if name not in ATTRIBUTES]
+    if unknown:
+        raise ValueError(f"unknown attribute {unknown[0]!r}; known: {', '.join(ATTRIBUTES)}")
 
 
 def knee_index(values: Sequence[float] | np.ndarray) -> int:
@@ -123,14 +139,24 @@ class ClusterUpdate:
         }
 
 
-class InputClustering:
+class InputClustering(BaseEstimator):
     """Cluster inputs on standardised profile attributes.
+
+    ``fit(X, ids)``: X has one row per input and one column per name in
+    ``attributes`` (:func:`input_table` makes both from profiles).  Clusters
+    are numbered by ascending mean ``statements`` (the first attribute when
+    statements are not among them).
 
     Methods: ``dbscan`` (default; ``eps`` from the knee of the sorted
     k-distances when not given, noise inputs kept as their own group),
     ``kmeans`` (k by the elbow of inertia), ``gmm`` (k by the lowest BIC) and
     ``agglomerative`` (Ward; k with the highest silhouette).
     ``n_clusters`` fixes k for the last three.
+
+    Fitted attributes: ``labels_`` (input id -> cluster label), ``clusters_``
+    (:class:`Cluster` list), ``attribute_rows_`` (input id -> its attribute
+    row), ``mean_`` and ``scale_`` (the standardisation), ``selection_`` (how
+    the number of clusters or DBSCAN's radius was chosen).
 
     Arriving inputs (:meth:`update`) are assigned to a cluster: with DBSCAN,
     to that of the nearest core input if it lies within ``eps``, else to
@@ -154,7 +180,7 @@ class InputClustering:
         max_misfit_share: float = 0.1,
     ) -> None:
         self.method = method
-        self.attributes = tuple(attributes)
+        self.attributes = attributes
         self.eps = eps
         self.min_samples = min_samples
         self.n_clusters = n_clusters
@@ -164,19 +190,22 @@ class InputClustering:
 
     # -- fitting -------------------------------------------------------------------------------
 
-    def fit(self, profiles: Iterable[InputProfile]) -> InputClustering:
-        ordered = sorted(profiles, key=lambda p: p.input_id)
-        self._check_parameters(ordered)
-        self.profiles_: dict[str, InputProfile] = {p.input_id: p for p in ordered}
-        raw = attribute_matrix(ordered, self.attributes)
+    def fit(self, X: ArrayLike, ids: Sequence[str] | None = None) -> InputClustering:
+        """Cluster the inputs: rows of X, named by ids (default "0", "1", ...)."""
+        raw, names = self._named_rows(X, ids)
+        self._check_parameters(names)
+        order = sorted(range(len(names)), key=names.__getitem__)
+        raw = raw[order]
+        ordered = [names[i] for i in order]
+        self.attribute_rows_: dict[str, np.ndarray] = dict(zip(ordered, raw, strict=True))
         self.mean_ = raw.mean(axis=0)
         scale = raw.std(axis=0)
         self.scale_ = np.where(scale > 0, scale, 1.0)
         points = self._standardise(raw)
         labels, self.selection_ = self._cluster(points)
-        labels = _relabel_by_statements(labels, ordered)
+        labels = _relabel_by_mean(labels, raw[:, self._ordering_column()])
         self.labels_: dict[str, int] = {
-            p.input_id: int(label) for p, label in zip(ordered, labels, strict=True)
+            input_id: int(label) for input_id, label in zip(ordered, labels, strict=True)
         }
         self._fit_assignment(points, labels)
         self._added_since_fit = 0
@@ -184,25 +213,43 @@ class InputClustering:
         self._rebuild_clusters()
         return self
 
-    def _check_parameters(self, profiles: Sequence[InputProfile]) -> None:
+    def _rows(self, X: ArrayLike) -> np.ndarray:
+        _check_attributes(self.attributes)
+        raw = np.asarray(X, dtype=float)
+        if raw.ndim != 2 or raw.shape[1] != len(self.attributes):
+            raise ValueError(
+                f"X must have one row per input and {len(self.attributes)} columns "
+                f"({', '.join(self.attributes)}), got shape {raw.shape}"
+            )
+        return raw
+
+    def _named_rows(self, X: ArrayLike, ids: Sequence[str] | None) -> tuple[np.ndarray, list[str]]:
+        raw = self._rows(X)
+        names = [str(i) for i in range(raw.shape[0])] if ids is None else list(ids)
+        if len(names) != raw.shape[0]:
+            raise ValueError(f"{len(names)} ids for {raw.shape[0]} rows of X")
+        return raw, names
+
+    def _ordering_column(self) -> int:
+        return list(self.attributes).index("statements") if "statements" in self.attributes else 0
+
+    def _check_parameters(self, ids: Sequence[str]) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown clustering method {self.method!r}; use one of {METHODS}")
-        if not profiles:
+        if not ids:
             raise ValueError("no input profiles to cluster")
-        ids = [p.input_id for p in profiles]
         if len(set(ids)) != len(ids):
             repeated = next(i for i in ids if ids.count(i) > 1)
             raise ValueError(f"input id {repeated!r} appears more than once")
         if not self.attributes:
             raise ValueError("no attributes to cluster on")
-        attribute_matrix(profiles[:1], self.attributes)
         if self.eps is not None and self.eps <= 0:
             raise ValueError(f"eps must be positive, got {self.eps}")
         if self.min_samples is not None and self.min_samples < 1:
             raise ValueError(f"min_samples must be at least 1, got {self.min_samples}")
-        if self.n_clusters is not None and not 1 <= self.n_clusters <= len(profiles):
+        if self.n_clusters is not None and not 1 <= self.n_clusters <= len(ids):
             raise ValueError(
-                f"n_clusters must be between 1 and the number of inputs ({len(profiles)}), "
+                f"n_clusters must be between 1 and the number of inputs ({len(ids)}), "
                 f"got {self.n_clusters}"
             )
         if self.max_clusters < 1:
@@ -235,26 +282,18 @@ class InputClustering:
         k, rule = self.n_clusters, "given"
         if k is None:
             k, rule = _best_silhouette(points, largest), "highest silhouette"
-        from sklearn.cluster import AgglomerativeClustering
-
         model = AgglomerativeClustering(n_clusters=k, linkage="ward").fit(points)
         return model.labels_, {"n_clusters": k, "rule": rule}
 
     def _kmeans(self, points: np.ndarray, k: int) -> KMeans:
-        from sklearn.cluster import KMeans
-
         return KMeans(n_clusters=k, n_init=10, random_state=self.random_state).fit(points)
 
     def _gmm(self, points: np.ndarray, k: int) -> GaussianMixture:
-        from sklearn.mixture import GaussianMixture
-
         return GaussianMixture(
             n_components=k, covariance_type="full", random_state=self.random_state
         ).fit(points)
 
     def _dbscan(self, points: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-        from sklearn.cluster import DBSCAN
-
         n, dims = points.shape
         # Twice the dimensions (Sander et al.), but small suites keep room for several clusters.
         min_samples = self.min_samples or max(2, min(2 * dims, n // 10))
@@ -267,8 +306,6 @@ class InputClustering:
 
     def _fit_assignment(self, points: np.ndarray, labels: np.ndarray) -> None:
         if self.method == "dbscan":
-            from sklearn.neighbors import NearestNeighbors
-
             eps = float(self.selection_["eps"])
             neighbours = NearestNeighbors(radius=eps).fit(points)
             counts = np.array([len(r) for r in neighbours.radius_neighbors(points)[1]])
@@ -288,16 +325,16 @@ class InputClustering:
 
     # -- assignment and growth -----------------------------------------------------------------
 
-    def predict(self, profiles: Sequence[InputProfile]) -> tuple[np.ndarray, np.ndarray]:
-        """Cluster labels of (new) inputs and whether each lies inside its cluster."""
-        if not profiles:
+    def predict(self, X: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """Cluster labels of (new) inputs, rows of X, and whether each lies inside its
+        cluster."""
+        raw = np.asarray(X, dtype=float)
+        if raw.size == 0:
             return np.zeros(0, dtype=int), np.zeros(0, dtype=bool)
-        points = self._standardise(attribute_matrix(profiles, self.attributes))
+        points = self._standardise(self._rows(raw))
         if self.method == "dbscan":
             if len(self._core_points) == 0:
                 return np.full(len(points), NOISE), np.zeros(len(points), dtype=bool)
-            from sklearn.neighbors import NearestNeighbors
-
             distance, index = (
                 NearestNeighbors(n_neighbors=1).fit(self._core_points).kneighbors(points)
             )
@@ -309,15 +346,18 @@ class InputClustering:
         inside = distances[np.arange(len(points)), nearest] <= self._radii[nearest]
         return self._centre_labels[nearest], inside
 
-    def update(self, profiles: Iterable[InputProfile]) -> ClusterUpdate:
-        """Add arriving inputs; refit when too many of them do not fit (see the class doc)."""
-        arriving = list(profiles)
-        replaced = [p.input_id for p in arriving if p.input_id in self.profiles_]
-        new = [p for p in arriving if p.input_id not in self.profiles_]
-        for profile in arriving:
-            self.profiles_[profile.input_id] = profile
-        labels, inside = self.predict(new)
-        misfits = [p.input_id for p, fits in zip(new, inside, strict=True) if not fits]
+    def update(self, X: ArrayLike, ids: Sequence[str]) -> ClusterUpdate:
+        """Add arriving inputs (rows of X, named by ids); an input already known keeps
+        its label and takes the new row.  Refits when too many of them do not fit (see
+        the class doc)."""
+        raw, arriving = self._named_rows(X, ids)
+        replaced = [i for i in arriving if i in self.attribute_rows_]
+        new = [k for k, i in enumerate(arriving) if i not in self.attribute_rows_]
+        new_ids = [arriving[k] for k in new]
+        for input_id, row in zip(arriving, raw, strict=True):
+            self.attribute_rows_[input_id] = row
+        labels, inside = self.predict(raw[new])
+        misfits = [i for i, fits in zip(new_ids, inside, strict=True) if not fits]
         self._added_since_fit += len(new)
         self._misfits_since_fit += len(misfits)
         share = self._misfits_since_fit / self._added_since_fit if self._added_since_fit else 0.0
@@ -326,12 +366,12 @@ class InputClustering:
                 f"{self._misfits_since_fit} of {self._added_since_fit} inputs added since the "
                 f"last fit ({share:.0%}) lie outside every cluster, more than "
                 f"{self.max_misfit_share:.0%}: clustering redone on all "
-                f"{len(self.profiles_)} inputs"
+                f"{len(self.attribute_rows_)} inputs"
             )
-            self.fit(self.profiles_.values())
-            assigned = {p.input_id: self.labels_[p.input_id] for p in new}
+            self.fit(np.array(list(self.attribute_rows_.values())), list(self.attribute_rows_))
+            assigned = {i: self.labels_[i] for i in new_ids}
             return ClusterUpdate(assigned, misfits, replaced, True, reason)
-        assigned = {p.input_id: int(label) for p, label in zip(new, labels, strict=True)}
+        assigned = {i: int(label) for i, label in zip(new_ids, labels, strict=True)}
         self.labels_.update(assigned)
         self._rebuild_clusters()
         reason = (
@@ -342,19 +382,19 @@ class InputClustering:
         return ClusterUpdate(assigned, misfits, replaced, False, reason)
 
     def _rebuild_clusters(self) -> None:
-        by_label: dict[int, list[InputProfile]] = {}
+        by_label: dict[int, list[str]] = {}
         for input_id in sorted(self.labels_):
-            by_label.setdefault(self.labels_[input_id], []).append(self.profiles_[input_id])
+            by_label.setdefault(self.labels_[input_id], []).append(input_id)
         order = sorted(by_label, key=lambda label: (label == NOISE, label))
         self.clusters_: list[Cluster] = [
             Cluster(
                 label=label,
-                members=tuple(p.input_id for p in by_label[label]),
+                members=tuple(by_label[label]),
                 centre={
                     name: float(value)
                     for name, value in zip(
                         self.attributes,
-                        attribute_matrix(by_label[label], self.attributes).mean(axis=0),
+                        np.array([self.attribute_rows_[i] for i in by_label[label]]).mean(axis=0),
                         strict=True,
                     )
                 },
@@ -370,9 +410,6 @@ class InputClustering:
                 return cluster
         raise KeyError(f"no cluster labelled {label}")
 
-    def member_profiles(self, label: int) -> list[InputProfile]:
-        return [self.profiles_[i] for i in self.cluster(label).members]
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "method": self.method,
@@ -387,8 +424,6 @@ def _knee_eps(points: np.ndarray, min_samples: int) -> float:
     """DBSCAN ``eps`` at the knee of the sorted distances to the min_samples-th neighbour."""
     if len(points) < 2:
         return 1.0
-    from sklearn.neighbors import NearestNeighbors
-
     neighbours = NearestNeighbors(n_neighbors=max(2, min_samples)).fit(points)
     distances = np.sort(neighbours.kneighbors(points)[0][:, -1])
     eps = float(distances[knee_index(distances)])
@@ -401,9 +436,6 @@ def _knee_eps(points: np.ndarray, min_samples: int) -> float:
 
 def _best_silhouette(points: np.ndarray, largest: int) -> int:
     """Number of Ward clusters with the highest mean silhouette (1 when nothing splits)."""
-    from sklearn.cluster import AgglomerativeClustering
-    from sklearn.metrics import silhouette_score
-
     best_k, best_score = 1, -1.0
     for k in range(2, min(largest, len(points) - 1) + 1):
         labels = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(points)
@@ -413,12 +445,12 @@ def _best_silhouette(points: np.ndarray, largest: int) -> int:
     return best_k
 
 
-def _relabel_by_statements(labels: np.ndarray, profiles: Sequence[InputProfile]) -> np.ndarray:
-    """Number clusters by ascending mean executed statements, so names read in order."""
-    statements = np.array([p.statements for p in profiles], dtype=float)
+def _relabel_by_mean(labels: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Number clusters by ascending mean of ``values`` (executed statements), so names
+    read in order."""
     groups = sorted(
         (g for g in set(labels.tolist()) if g != NOISE),
-        key=lambda g: (statements[labels == g].mean(), g),
+        key=lambda g: (values[labels == g].mean(), g),
     )
     mapping = {old: new for new, old in enumerate(groups)} | {NOISE: NOISE}
     return np.array([mapping[g] for g in labels.tolist()], dtype=int)
@@ -450,7 +482,7 @@ def sample_inputs(
     return sample
 
 
-# -- the seed's Algorithms 2 and 1 --------------------------------------------------------------
+# -- the paper's Algorithms 2 and 1 -------------------------------------------------------------
 
 ThresholdCase = Literal[
     "equal_statements", "between_neighbours", "beyond_upper_edge", "beyond_lower_edge"
@@ -564,7 +596,7 @@ def decide(
     """Algorithm 1 (decision to perform testing) for one updated input.
 
     Run when the time exceeds the threshold (raised by ``time_tolerance``, a
-    share of it, to absorb timing noise; 0 is the seed's rule); otherwise run
+    share of it, to absorb timing noise; 0 is the paper's rule); otherwise run
     when the slope statements/time of the same input fell by more than
     ``acceptable_slowdown`` from before the update to after it.
     """
@@ -655,7 +687,7 @@ class Recommendation:
         }
 
     def seed_table(self) -> str:
-        """The votes laid out as the seed's Tables I and II (x: gradient check not needed)."""
+        """The votes laid out as the paper's Tables I and II (x: gradient check not needed)."""
         labels = [vote.label for vote in self.votes]
         time_row = [str(vote.time_check) for vote in self.votes]
         gradient_row = [
@@ -683,17 +715,17 @@ class Recommendation:
         }
 
 
-class RunOrSkipRecommender:
+class RunOrSkipRecommender(BaseEstimator):
     """Judge sampled inputs of a code update against the clustered baseline.
 
     ``acceptable_slowdown`` bounds the drop of the slope statements/time (the
-    seed's gradient check; 0.38 by default, the seed's value). Since the
+    paper's gradient check; 0.38 by default, the paper's value). Since the
     slope is statements per second, a drop d means the same statements take
     1 / (1 - d) times as long: 38% is a 1.61-fold time.
 
     ``time_tolerance`` raises every time threshold by that share before the
     time check, so that run-to-run timing jitter of an unchanged input does not
-    vote "run" (0 gives the seed's exact rule).
+    vote "run" (0 gives the paper's exact rule).
 
     ``reference``, when given to :meth:`recommend`, holds profiles of the
     sampled inputs on the old code, measured in the same session as the
@@ -722,21 +754,25 @@ class RunOrSkipRecommender:
     def recommend(
         self,
         clustering: InputClustering,
-        update: Sequence[InputProfile],
+        baseline: Iterable[Profile],
+        update: Sequence[Profile],
         *,
-        reference: Sequence[InputProfile] | None = None,
+        reference: Sequence[Profile] | None = None,
         per_cluster: int = 3,
     ) -> Recommendation:
+        """Judge the update's sampled inputs; ``baseline`` holds the profiles of the
+        inputs the clustering knows, ``clustering`` the clusters fitted on them."""
         self._check_parameters()
         if not update:
             raise ValueError("the update holds no input profiles")
+        baseline_by_id = {p.input_id: p for p in baseline}
         reference_by_id = {p.input_id: p for p in reference or ()}
-        drifts = self._drifts(clustering, reference_by_id)
+        drifts = self._drifts(baseline_by_id, reference_by_id)
         drift = float(np.median(list(drifts.values()))) if drifts else None
         known = [p for p in update if p.input_id in clustering.labels_]
         unknown = [p for p in update if p.input_id not in clustering.labels_]
         groups = {p.input_id: clustering.labels_[p.input_id] for p in known}
-        predicted, inside = clustering.predict(unknown)
+        predicted, inside = clustering.predict(attribute_matrix(unknown, clustering.attributes))
         groups |= {
             p.input_id: int(g) for p, g, ok in zip(unknown, predicted, inside, strict=True) if ok
         }
@@ -745,14 +781,14 @@ class RunOrSkipRecommender:
         group_order = [c.label for c in clustering.clusters_]
         votes: list[Vote] = []
         for label in group_order:
-            members = clustering.member_profiles(label)
+            members = [baseline_by_id[i] for i in clustering.cluster(label).members]
             statements = np.array([p.statements for p in members], dtype=float)
             times = np.array([self._time(p) for p in members], dtype=float)
             in_group = sorted(
                 (p for p in update if groups.get(p.input_id) == label), key=lambda p: p.input_id
             )
             for position, profile in enumerate(in_group, start=1):
-                previous = reference_by_id.get(profile.input_id) or clustering.profiles_.get(
+                previous = reference_by_id.get(profile.input_id) or baseline_by_id.get(
                     profile.input_id
                 )
                 votes.append(
@@ -794,23 +830,23 @@ class RunOrSkipRecommender:
         if not 0 <= low <= high <= 1:
             raise ValueError(f"close_band must satisfy 0 <= low <= high <= 1, got {low}, {high}")
 
-    def _time(self, profile: InputProfile) -> float:
+    def _time(self, profile: Profile) -> float:
         return float(getattr(profile, self.time_attribute))
 
     def _drifts(
-        self, clustering: InputClustering, reference: Mapping[str, InputProfile]
+        self, baseline: Mapping[str, Profile], reference: Mapping[str, Profile]
     ) -> dict[str, float]:
         """Per input: its time on the old code now over its time in the baseline."""
         return {
-            input_id: self._time(profile) / self._time(clustering.profiles_[input_id])
+            input_id: self._time(profile) / self._time(baseline[input_id])
             for input_id, profile in reference.items()
-            if input_id in clustering.profiles_ and self._time(clustering.profiles_[input_id]) > 0
+            if input_id in baseline and self._time(baseline[input_id]) > 0
         }
 
     def _vote(
         self,
-        profile: InputProfile,
-        previous: InputProfile | None,
+        profile: Profile,
+        previous: Profile | None,
         *,
         label: int,
         name: str,
@@ -884,7 +920,7 @@ class RunOrSkipRecommender:
 
 
 def _vote_label(group_number: int, label: int, position: int) -> str:
-    """C<cluster><input> as in the seed's tables; CN for the noise group."""
+    """C<cluster><input> as in the paper's tables; CN for the noise group."""
     group = "N" if label == NOISE else str(group_number)
     separator = "" if position < 10 and len(group) == 1 else "."
     return f"C{group}{separator}{position}"

@@ -1,6 +1,6 @@
 """The counter-cluster record handler: counter samples in, baselines kept, regression verdicts out.
 
-A record with a `counters` block is checked (DESIGN.md §3.2) against its
+A record with a `counters` block is checked against its
 baseline: the counter samples of the latest `counters.baseline_runs` runs of
 the same test and identifying attributes that raised no regression verdict.
 
@@ -48,7 +48,7 @@ from perfwatch.config import Config
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
 from perfwatch.records import Record, SeriesRef, Verdict
 from perfwatch.store import StoreTransaction
-from perfwatch.stream.recommendations import record_baseline
+from perfwatch.stream.handlers import record_baseline
 from perfwatch.stream.verdicts import DETECTED, UPDATED
 
 log = logging.getLogger("perfwatch.counterchecks")
@@ -264,7 +264,7 @@ class CounterCheckHandler:
             **result.to_dict(),
             "baseline_run_ids": baseline_run_ids,
         }
-        if check.calibration_ is not None:
+        if hasattr(check, "calibration_"):
             evidence["calibration"] = check.calibration_
         return Verdict(
             verdict_id=counter_verdict_id(

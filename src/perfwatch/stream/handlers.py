@@ -11,13 +11,14 @@ regression out of its baseline).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
 from perfwatch.config import Config
 from perfwatch.records import Record, Verdict
-from perfwatch.store import StoreTransaction
+from perfwatch.store import SeriesKey, StoreTransaction
+from perfwatch.stream.changepoints import series_key
 
 
 class RecordHandler(Protocol):
@@ -38,6 +39,18 @@ class RecordHandler(Protocol):
         """Update state for `record` within `tx`; the verdicts to publish. `earlier`:
         the verdicts of the handlers before this one for the same record."""
         ...
+
+
+def baseline_key(test: str, attributes: Mapping[str, str]) -> str:
+    """The blob key of a test's baselines (inputs, counters): its series key without a metric."""
+    return SeriesKey.of(test, "", dict(attributes)).canonical
+
+
+def record_baseline(record: Record, identifying: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    """The baseline a record belongs to: its blob key (as `baseline_key` gives it) and
+    the identifying attributes it has."""
+    key = series_key(record, "", identifying)
+    return key.canonical, dict(key.attributes)
 
 
 def build_handlers(config: Config) -> list[RecordHandler]:

@@ -5,7 +5,7 @@ first is clustered; later ones join it through `InputClustering.update`
 (re-profiled inputs replace their profile, new inputs are assigned to a
 cluster, and the clustering is redone on every input once too many fit none).
 A record whose `inputs` block is an `update_sample` is judged against that
-baseline (DESIGN.md §3.3) and yields one `recommendation` verdict.
+baseline and yields one `recommendation` verdict.
 
 A baseline belongs to the test and its identifying attributes, like a series
 without a metric. Two blobs hold it:
@@ -46,11 +46,12 @@ from perfwatch.detectors.inputs import (
     Method,
     Recommendation,
     RunOrSkipRecommender,
+    input_table,
     sample_inputs,
 )
 from perfwatch.records import InputProfile, Record, SeriesRef, Verdict
-from perfwatch.store import SeriesKey, StoreTransaction
-from perfwatch.stream.changepoints import series_key
+from perfwatch.store import StoreTransaction
+from perfwatch.stream.handlers import record_baseline
 
 log = logging.getLogger("perfwatch.recommendations")
 
@@ -63,18 +64,6 @@ RECOMMENDATION_KIND = "recommendation"
 TIME_ATTRIBUTE = "cpu_time_s"
 # Clusterings kept between records (LRU), valid while the stored revision is unchanged.
 MAX_CACHED_CLUSTERINGS = 64
-
-
-def baseline_key(test: str, attributes: Mapping[str, str]) -> str:
-    """The blob key of a test's input baseline: the canonical series key without a metric."""
-    return SeriesKey.of(test, "", dict(attributes)).canonical
-
-
-def record_baseline(record: Record, identifying: tuple[str, ...]) -> tuple[str, dict[str, str]]:
-    """The baseline a record belongs to: its blob key (as `baseline_key` gives it) and
-    the identifying attributes it has."""
-    key = series_key(record, "", identifying)
-    return key.canonical, dict(key.attributes)
 
 
 def _profile_dicts(profiles: Iterable[InputProfile]) -> list[dict[str, Any]]:
@@ -184,22 +173,25 @@ class InputsHandler:
         if not newer:
             return  # a redelivery, or profiles older than the stored ones
         if state is None:
-            clustering = InputClustering(self._method).fit(newer)
-            state = BaselineState(self._method, 0, list(clustering.profiles_.values()), [], {}, {})
+            clustering = InputClustering(self._method).fit(*input_table(newer))
+            current = {p.input_id: p for p in sorted(newer, key=_input_id)}
+            state = BaselineState(self._method, 0, list(current.values()), [], {}, {})
             how = "clustered"
         else:
             clustering, state = self._take_clustering(key, state)
-            outcome = clustering.update(newer)
+            outcome = clustering.update(*input_table(newer))
+            current = {**state.current, **{p.input_id: p for p in newer}}
             how = outcome.reason
             if outcome.refitted:
-                state = replace(state, fitted=list(clustering.profiles_.values()), assigned=[])
+                current = dict(sorted(current.items()))
+                state = replace(state, fitted=list(current.values()), assigned=[])
             else:
                 added = [p for p in newer if p.input_id in outcome.assigned]
                 state = replace(state, assigned=state.assigned + added)
         state = replace(
             state,
             revision=state.revision + 1,
-            current=dict(clustering.profiles_),
+            current=current,
             sources={**state.sources, **{p.input_id: source for p in newer}},
         )
         tx.put_blob(CLUSTERING_NAMESPACE, key, state.to_bytes())
@@ -242,12 +234,13 @@ class InputsHandler:
             state = replace(state, method=self._method, fitted=fitted, assigned=[])
         if cached is not None and cached[0] == state.revision:
             return cached[1], state
-        clustering = InputClustering(self._method).fit(state.fitted)
+        clustering = InputClustering(self._method).fit(*input_table(state.fitted))
         if state.assigned:
-            clustering.update(state.assigned)
-        reprofiled = [p for name, p in state.current.items() if clustering.profiles_[name] != p]
+            clustering.update(*input_table(state.assigned))
+        applied = {p.input_id: p for p in [*state.fitted, *state.assigned]}
+        reprofiled = [p for name, p in state.current.items() if applied[name] != p]
         if reprofiled:
-            clustering.update(reprofiled)
+            clustering.update(*input_table(reprofiled))
         return clustering, state
 
     def _remember_after_commit(
@@ -298,6 +291,7 @@ class InputsHandler:
             self._remember_after_commit(tx, key, revision, clustering)
             recommendation = self._recommender.recommend(
                 clustering,
+                state.current.values(),
                 sample,
                 reference=record.inputs.reference_profiles,
                 per_cluster=self._per_cluster,

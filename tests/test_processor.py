@@ -38,6 +38,7 @@ from _processor_support import (
     without_empty,
 )
 from _verdict_samples import EMITTED_AT, evidence
+from perfwatch.processor.changepoints import ChangePointHandler
 from perfwatch.records import (
     Record,
     SeriesRef,
@@ -47,7 +48,6 @@ from perfwatch.records import (
 )
 from perfwatch.store import StateStore, StoreTransaction, open_store
 from perfwatch.stream.brokers import BrokerHandle, make_client, open_broker
-from perfwatch.stream.changepoints import ChangePointHandler
 from perfwatch.stream.processor import ProcessorMetrics, configure_logging
 from perfwatch.stream.verdicts import DETECTED, BeliefChange, make_verdict
 

@@ -20,10 +20,10 @@ import orjson
 
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
 from perfwatch.detectors.inputs import InputClustering
+from perfwatch.processor.recommendations import INPUT_BASELINE_NAMESPACE, baseline_key
 from perfwatch.publishers.verdict_feed import summary_fields
 from perfwatch.records import InputProfile
 from perfwatch.store import OutboxEntry, Point, SeriesKey, StateStore
-from perfwatch.stream.recommendations import INPUT_BASELINE_NAMESPACE, baseline_key
 
 COUNTER_KINDS = ("counter_regression.detected", "counter_check.passed")
 RECOMMENDATION_KIND = "recommendation"

@@ -34,6 +34,7 @@ import pulsar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from perfwatch.config import Config
+from perfwatch.processor.handlers import RecordHandler, build_handlers
 from perfwatch.records import Record, RecordError, Verdict, dumps, parse_record
 from perfwatch.store import (
     CURSOR_NAMESPACE,
@@ -44,7 +45,6 @@ from perfwatch.store import (
     StoreUnavailable,
 )
 from perfwatch.stream.brokers import admin_request
-from perfwatch.stream.handlers import RecordHandler, build_handlers
 
 log = logging.getLogger("perfwatch.processor")
 

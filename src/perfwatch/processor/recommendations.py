@@ -48,9 +48,9 @@ from perfwatch.detectors.inputs import (
     RunOrSkipRecommender,
     sample_inputs,
 )
+from perfwatch.processor.changepoints import series_key
 from perfwatch.records import InputProfile, Record, SeriesRef, Verdict
 from perfwatch.store import SeriesKey, StoreTransaction
-from perfwatch.stream.changepoints import series_key
 
 log = logging.getLogger("perfwatch.recommendations")
 

@@ -43,8 +43,8 @@ class RecordHandler(Protocol):
 def build_handlers(config: Config) -> list[RecordHandler]:
     """Every handler a processor runs, in order: the counter check comes after the
     change points, whose regression verdicts keep a run out of its baseline."""
-    from perfwatch.stream.changepoints import ChangePointHandler
-    from perfwatch.stream.counterchecks import CounterCheckHandler
-    from perfwatch.stream.recommendations import InputsHandler
+    from perfwatch.processor.changepoints import ChangePointHandler
+    from perfwatch.processor.counterchecks import CounterCheckHandler
+    from perfwatch.processor.recommendations import InputsHandler
 
     return [ChangePointHandler(config), InputsHandler(config), CounterCheckHandler(config)]

@@ -68,7 +68,7 @@ class MemoryRecordTopic:
         return [m.message_id for m in self._messages if not m.acknowledged]
 
     def _deliver(self, source: MemoryRecordSource) -> list[InboundMessage]:
-        batch = []
+        batch: list[InboundMessage] = []
         for message in self._messages:
             if len(batch) == self.batch_size:
                 break

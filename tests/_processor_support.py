@@ -22,12 +22,14 @@ import orjson
 import pulsar
 import pytest
 
+from perfwatch.adapters.pulsar import pulsar_processor
 from perfwatch.config import Config
 from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
+from perfwatch.processor.loop import Processor
+from perfwatch.processor.observability import ProcessorMetrics
 from perfwatch.records import RECORD_SCHEMA, format_rfc3339
 from perfwatch.store import SeriesKey, StateStore
 from perfwatch.stream.brokers import BrokerHandle, make_client
-from perfwatch.stream.processor import Processor, ProcessorMetrics
 
 T0 = datetime(2024, 1, 1, 2, 0, tzinfo=UTC)
 POSTGRES_URL_ENV = "PERFWATCH_TEST_POSTGRES_URL"
@@ -153,7 +155,9 @@ def running_processor(
 ) -> Iterator[RunningProcessor]:
     """A processor consuming in a thread; stopped (gracefully) on exit."""
     runner = RunningProcessor(
-        Processor(config, store, client, subscription_type=broker.subscription_type(), **kwargs)
+        pulsar_processor(
+            config, store, client, subscription_type=broker.subscription_type(), **kwargs
+        )
     )
     stop = threading.Event()
 

@@ -23,6 +23,8 @@ from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.app import DashboardSettings, create_app, plotly_js_path
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
 from perfwatch.detectors.inputs import InputClustering, RunOrSkipRecommender, input_table
+from perfwatch.processor.changepoints import ChangePointHandler
+from perfwatch.processor.handlers import baseline_key
 from perfwatch.records import (
     InputProfile,
     MetricValue,
@@ -33,8 +35,6 @@ from perfwatch.records import (
     validate_verdict,
 )
 from perfwatch.store import SeriesKey, StateStore, open_store
-from perfwatch.stream.changepoints import ChangePointHandler
-from perfwatch.stream.handlers import baseline_key
 
 T0 = datetime(2024, 3, 1, 2, 0, tzinfo=UTC)
 RUNS = 80

@@ -30,6 +30,7 @@ import orjson
 import pytest
 import uvicorn
 
+from perfwatch.adapters.pulsar import pulsar_processor
 from perfwatch.config import Config, ConsumerConfig, StoreConfig, TopicsConfig
 from perfwatch.dashboard import queries
 from perfwatch.dashboard.app import DashboardSettings, create_app
@@ -37,7 +38,6 @@ from perfwatch.dashboard.live import TopicSettings
 from perfwatch.publishers.publisher import Publisher
 from perfwatch.store import SeriesKey, open_store
 from perfwatch.stream.brokers import BrokerHandle, make_client
-from perfwatch.stream.processor import Processor
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -168,7 +168,7 @@ class Pipeline:
         self.client = make_client(broker)
         self.store = open_store(self.config.store.url)
         self.stop = threading.Event()
-        self.processor = Processor(
+        self.processor = pulsar_processor(
             self.config,
             self.store,
             self.client,

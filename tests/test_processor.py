@@ -38,6 +38,8 @@ from _processor_support import (
     without_empty,
 )
 from _verdict_samples import EMITTED_AT, evidence
+from perfwatch.processor.changepoints import ChangePointHandler
+from perfwatch.processor.observability import ProcessorMetrics, configure_logging
 from perfwatch.records import (
     Record,
     SeriesRef,
@@ -47,8 +49,6 @@ from perfwatch.records import (
 )
 from perfwatch.store import StateStore, StoreTransaction, open_store
 from perfwatch.stream.brokers import BrokerHandle, make_client, open_broker
-from perfwatch.stream.changepoints import ChangePointHandler
-from perfwatch.stream.processor import ProcessorMetrics, configure_logging
 from perfwatch.stream.verdicts import DETECTED, BeliefChange, make_verdict
 
 TIMEOUT = 120.0

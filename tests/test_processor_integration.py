@@ -36,9 +36,9 @@ from _processor_support import (
     wait_until,
     without_empty,
 )
+from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication
 from perfwatch.store import StateStore, open_store
 from perfwatch.stream.brokers import BrokerHandle, admin_request, make_client, open_broker
-from perfwatch.stream.processor import enable_verdict_deduplication
 
 TIMEOUT = 300.0
 pytestmark = pytest.mark.slow  # each starts processes or brokers: tens of seconds

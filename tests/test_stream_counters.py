@@ -31,6 +31,15 @@ from _processor_support import (
 from perfwatch.config import Config, ConfigError, load_config
 from perfwatch.dashboard import figures, queries
 from perfwatch.detectors.counters import CounterRegressionCheck
+from perfwatch.processor import counterchecks
+from perfwatch.processor.changepoints import ChangePointHandler
+from perfwatch.processor.counterchecks import (
+    COUNTER_BASELINE_NAMESPACE,
+    PASSED_KIND,
+    REGRESSION_KIND,
+    CounterCheckHandler,
+)
+from perfwatch.processor.handlers import RecordHandler, baseline_key, build_handlers
 from perfwatch.records import (
     RECORD_SCHEMA,
     Record,
@@ -41,16 +50,7 @@ from perfwatch.records import (
     validate_verdict,
 )
 from perfwatch.store import StateStore, open_store
-from perfwatch.stream import counterchecks
 from perfwatch.stream.brokers import BrokerHandle
-from perfwatch.stream.changepoints import ChangePointHandler
-from perfwatch.stream.counterchecks import (
-    COUNTER_BASELINE_NAMESPACE,
-    PASSED_KIND,
-    REGRESSION_KIND,
-    CounterCheckHandler,
-)
-from perfwatch.stream.handlers import RecordHandler, baseline_key, build_handlers
 from perfwatch.stream.verdicts import DETECTED
 
 T0 = datetime(2024, 9, 2, 3, 0, tzinfo=UTC)

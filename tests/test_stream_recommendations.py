@@ -45,6 +45,12 @@ from perfwatch.detectors.inputs import (
     sample_inputs,
 )
 from perfwatch.formats.input_profile import InputProfileFile, write_input_profile
+from perfwatch.processor.handlers import baseline_key
+from perfwatch.processor.recommendations import (
+    CLUSTERING_NAMESPACE,
+    INPUT_BASELINE_NAMESPACE,
+    InputsHandler,
+)
 from perfwatch.publishers.identity import Identity, complete_record
 from perfwatch.records import (
     RECORD_SCHEMA,
@@ -58,12 +64,6 @@ from perfwatch.records import (
 )
 from perfwatch.store import StateStore, open_store
 from perfwatch.stream.brokers import BrokerHandle, make_client
-from perfwatch.stream.handlers import baseline_key
-from perfwatch.stream.recommendations import (
-    CLUSTERING_NAMESPACE,
-    INPUT_BASELINE_NAMESPACE,
-    InputsHandler,
-)
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2024, 6, 3, 2, 0, tzinfo=UTC)

@@ -81,7 +81,7 @@ def dashboard(
 
     from perfwatch.dashboard.app import DashboardSettings, create_app
     from perfwatch.dashboard.live import TopicSettings
-    from perfwatch.stream.processor import configure_logging
+    from perfwatch.processor.observability import configure_logging
 
     overrides: dict[str, Any] = {
         "store.url": store_url,

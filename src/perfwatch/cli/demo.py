@@ -99,9 +99,10 @@ def demo(runs: int, seed: int, keep: Path | None) -> None:
 def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
     import pulsar
 
+    from perfwatch.adapters.pulsar import pulsar_processor as Processor
+    from perfwatch.processor.observability import configure_logging
     from perfwatch.store import open_store
     from perfwatch.stream.brokers import make_client, open_broker
-    from perfwatch.stream.processor import Processor, configure_logging
 
     configure_logging("text", "error")  # the summary lists the dead letters
     base = Config()

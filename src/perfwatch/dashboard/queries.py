@@ -20,11 +20,11 @@ import orjson
 
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
 from perfwatch.detectors.inputs import InputClustering, input_table
+from perfwatch.processor.handlers import baseline_key
+from perfwatch.processor.recommendations import INPUT_BASELINE_NAMESPACE
 from perfwatch.publishers.verdict_feed import summary_fields
 from perfwatch.records import InputProfile
 from perfwatch.store import OutboxEntry, Point, SeriesKey, StateStore
-from perfwatch.stream.handlers import baseline_key
-from perfwatch.stream.recommendations import INPUT_BASELINE_NAMESPACE
 
 COUNTER_KINDS = ("counter_regression.detected", "counter_check.passed")
 RECOMMENDATION_KIND = "recommendation"

@@ -49,9 +49,9 @@ from perfwatch.detectors.inputs import (
     input_table,
     sample_inputs,
 )
+from perfwatch.processor.handlers import record_baseline
 from perfwatch.records import InputProfile, Record, SeriesRef, Verdict
 from perfwatch.store import StoreTransaction
-from perfwatch.stream.handlers import record_baseline
 
 log = logging.getLogger("perfwatch.recommendations")
 

@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Protocol
 
 from perfwatch.config import Config
+from perfwatch.processor.changepoints import series_key
 from perfwatch.records import Record, Verdict
 from perfwatch.store import SeriesKey, StoreTransaction
-from perfwatch.stream.changepoints import series_key
 
 
 class RecordHandler(Protocol):
@@ -56,8 +56,8 @@ def record_baseline(record: Record, identifying: tuple[str, ...]) -> tuple[str, 
 def build_handlers(config: Config) -> list[RecordHandler]:
     """Every handler a processor runs, in order: the counter check comes after the
     change points, whose regression verdicts keep a run out of its baseline."""
-    from perfwatch.stream.changepoints import ChangePointHandler
-    from perfwatch.stream.counterchecks import CounterCheckHandler
-    from perfwatch.stream.recommendations import InputsHandler
+    from perfwatch.processor.changepoints import ChangePointHandler
+    from perfwatch.processor.counterchecks import CounterCheckHandler
+    from perfwatch.processor.recommendations import InputsHandler
 
     return [ChangePointHandler(config), InputsHandler(config), CounterCheckHandler(config)]

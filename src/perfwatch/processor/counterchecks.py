@@ -46,9 +46,9 @@ import orjson
 
 from perfwatch.config import Config
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
+from perfwatch.processor.handlers import record_baseline
 from perfwatch.records import Record, SeriesRef, Verdict
 from perfwatch.store import StoreTransaction
-from perfwatch.stream.handlers import record_baseline
 from perfwatch.stream.verdicts import DETECTED, UPDATED
 
 log = logging.getLogger("perfwatch.counterchecks")

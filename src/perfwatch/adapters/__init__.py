@@ -1,0 +1,1 @@
+"""The processor's ports implemented over real brokers."""

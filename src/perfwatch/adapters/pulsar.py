@@ -1,0 +1,247 @@
+"""The processor's ports over Apache Pulsar (`pulsar-client`).
+
+The client is made elsewhere (`perfwatch.stream.brokers`) and passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar  # type: ignore[import-untyped]
+
+from perfwatch.config import Config
+from perfwatch.processor.handlers import RecordHandler
+from perfwatch.processor.loop import Processor
+from perfwatch.processor.observability import ProcessorMetrics
+from perfwatch.processor.ports import InboundMessage, PublisherBusy, Receipt
+from perfwatch.store import StateStore
+
+log = logging.getLogger("perfwatch.processor")
+
+_READ_BACK_TIMEOUT_MS = 10_000
+_QUIET_MS = 1_000  # reading back a topic whose end the broker cannot report
+
+
+def pulsar_processor(
+    config: Config,
+    store: StateStore,
+    client: pulsar.Client,
+    *,
+    subscription_type: pulsar.ConsumerType,
+    handlers: Sequence[RecordHandler] | None = None,
+    metrics: ProcessorMetrics | None = None,
+) -> Processor:
+    """A processor on the topics of `config`, through `client`."""
+    topics = config.topics
+    return Processor(
+        config,
+        store,
+        PulsarRecordSource(client, config, subscription_type),
+        PulsarVerdictSink(client, topics.verdicts),
+        PulsarDeadLetterSink(client, topics.dead_letter, f"{config.consumer.name}-dead-letter"),
+        handlers=handlers,
+        metrics=metrics,
+    )
+
+
+class PulsarRecordSource:
+    """The processor's subscription to the records topic."""
+
+    def __init__(
+        self, client: pulsar.Client, config: Config, subscription_type: pulsar.ConsumerType
+    ) -> None:
+        self._client = client
+        self._topic = config.topics.records
+        self._settings = config.consumer
+        self._subscription_type = subscription_type
+        self._consumer: pulsar.Consumer | None = None
+
+    def open(self) -> None:
+        settings = self._settings
+        self._consumer = self._client.subscribe(
+            self._topic,
+            settings.subscription,
+            consumer_type=self._subscription_type,
+            consumer_name=settings.name,
+            receiver_queue_size=settings.receiver_queue_size,
+            negative_ack_redelivery_delay_ms=settings.nack_delay_ms,
+            initial_position=pulsar.InitialPosition.Earliest,
+            batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(
+                settings.batch_size, -1, settings.batch_timeout_ms
+            ),
+        )
+        log.info(
+            "subscribed",
+            extra={"topic": self._topic, "subscription_type": str(self._subscription_type)},
+        )
+
+    def receive_batch(self) -> list[InboundMessage]:
+        assert self._consumer is not None, "open() first"
+        return [
+            InboundMessage(
+                payload=message.data(),
+                key=message.partition_key(),
+                properties=message.properties(),
+                redelivery_count=message.redelivery_count(),
+                message_id=str(message.message_id()),
+                topic=message.topic_name(),
+                publish_time_ms=message.publish_timestamp(),
+                handle=message,
+            )
+            for message in self._consumer.batch_receive()
+        ]
+
+    def acknowledge(self, message: InboundMessage) -> None:
+        assert self._consumer is not None
+        self._consumer.acknowledge(message.handle)
+
+    def negative_acknowledge(self, message: InboundMessage) -> None:
+        assert self._consumer is not None
+        self._consumer.negative_acknowledge(message.handle)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            consumer.close()
+
+
+class PulsarDeadLetterSink:
+    """A producer on the dead-letter topic."""
+
+    def __init__(self, client: pulsar.Client, topic: str, producer_name: str) -> None:
+        self._client = client
+        self._topic = topic
+        self._producer_name = producer_name
+        self._producer: pulsar.Producer | None = None
+
+    def open(self) -> None:
+        self._producer = self._client.create_producer(
+            self._topic, producer_name=self._producer_name, block_if_queue_full=True
+        )
+
+    def send(self, payload: bytes, *, key: str, properties: Mapping[str, str]) -> None:
+        assert self._producer is not None, "open() first"
+        options: dict[str, Any] = {"properties": dict(properties)}
+        if key:
+            options["partition_key"] = key
+        self._producer.send(payload, **options)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            producer.flush()
+            producer.close()
+
+
+@dataclass
+class _InFlight:
+    """A verdict handed to the producer; its receipt arrives on the client's thread."""
+
+    receipt: Receipt | None = None
+
+
+class PulsarVerdictPublisher:
+    """A named producer on the verdicts topic, one message per verdict (no batching)."""
+
+    def __init__(self, producer: pulsar.Producer) -> None:
+        self._producer = producer
+        self._in_flight: list[_InFlight] = []
+        self._receipts = threading.Condition()
+
+    def last_sequence_id(self) -> int:
+        return int(self._producer.last_sequence_id())
+
+    def send(
+        self, payload: bytes, *, key: str, properties: Mapping[str, str], sequence_id: int
+    ) -> None:
+        item = _InFlight()
+        self._in_flight.append(item)
+        self._producer.send_async(
+            payload,
+            lambda result, message_id: self._on_sent(item, result, message_id),
+            properties=dict(properties),
+            partition_key=key,
+            sequence_id=sequence_id,
+        )
+
+    def _on_sent(self, item: _InFlight, result: pulsar.Result, message_id: Any) -> None:
+        # Runs on the client's I/O thread. A ledger id of -1: dropped as a duplicate.
+        ok = result == pulsar.Result.Ok
+        stored = ok and message_id.ledger_id() >= 0
+        receipt = Receipt(
+            ok=ok,
+            position=message_id.serialize() if stored else None,
+            stored_at=time.time(),
+            error="" if ok else str(result),
+        )
+        with self._receipts:
+            item.receipt = receipt
+            self._receipts.notify_all()
+
+    def await_receipts(self, timeout_s: float) -> list[Receipt | None]:
+        in_flight, self._in_flight = self._in_flight, []
+        if not in_flight:
+            return []
+        self._producer.flush()
+        with self._receipts:
+            self._receipts.wait_for(
+                lambda: all(item.receipt is not None for item in in_flight), timeout_s
+            )
+            return [item.receipt for item in in_flight]
+
+    def close(self) -> None:
+        self._producer.flush()
+        self._producer.close()
+
+
+class PulsarVerdictSink:
+    """The verdicts topic: named publishers and reading back what one published."""
+
+    def __init__(self, client: pulsar.Client, topic: str) -> None:
+        self._client = client
+        self._topic = topic
+
+    def open_publisher(self, name: str) -> PulsarVerdictPublisher:
+        # On a broker with deduplication, (name, sequence id) makes a re-send a
+        # no-op; Pulsar admits one producer per name, fencing a second publisher.
+        try:
+            producer = self._client.create_producer(
+                self._topic, producer_name=name, block_if_queue_full=True, batching_enabled=False
+            )
+        except pulsar.ProducerBusy:
+            raise PublisherBusy(name) from None
+        return PulsarVerdictPublisher(producer)
+
+    def read_back(
+        self, name: str, after: bytes | None, wanted: set[str]
+    ) -> tuple[set[str], bytes | None]:
+        start = pulsar.MessageId.earliest if after is None else pulsar.MessageId.deserialize(after)
+        reader = self._client.create_reader(self._topic, start)
+        found: set[str] = set()
+        last: bytes | None = None
+        try:
+            while True:
+                try:
+                    available: bool | None = reader.has_message_available()
+                except pulsar.PulsarException:
+                    available = None  # pulsar-lite cannot tell on a topic never written to
+                if available is False:
+                    break
+                try:
+                    message = reader.read_next(
+                        timeout_millis=_READ_BACK_TIMEOUT_MS if available else _QUIET_MS
+                    )
+                except pulsar.Timeout:
+                    break
+                verdict_id = message.properties().get("verdict_id")
+                if message.producer_name() == name and verdict_id in wanted:
+                    found.add(verdict_id)
+                    last = message.message_id().serialize()
+        finally:
+            reader.close()
+        return found, last

@@ -1,0 +1,323 @@
+"""The stream processor: receive a batch -> validate -> store -> detect -> publish -> ack.
+
+The handlers' state changes for a batch of records and the verdicts they
+produce are committed in one store transaction (the verdicts into an outbox;
+if that transaction fails, the batch's records are handled one transaction
+each), and the outbox relay publishes them right away. The processor
+acknowledges the batch only once the broker's receipts are in and recorded.
+docs/processor.md gives the argument for why this yields every verdict exactly
+once in effect across crashes of the processor, the broker and redelivery.
+
+Bad input (undecodable, invalid JSON, schema, non-finite, oversized, unknown
+version) goes to the dead-letter sink at once with the reason in properties.
+A valid record whose processing raises is negatively acknowledged (redelivered
+later) and dead-lettered with its traceback once its redelivery count reaches
+`max_redeliveries`. A store that cannot be reached stops the processor
+instead: no record is dead-lettered for an outage.
+
+The processor reaches the broker only through the ports of
+`perfwatch.processor.ports`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from perfwatch.config import Config
+from perfwatch.processor.handlers import RecordHandler, build_handlers
+from perfwatch.processor.observability import ProcessorMetrics
+from perfwatch.processor.outbox import OutboxRelay, PublishError
+from perfwatch.processor.ports import (
+    DeadLetterSink,
+    InboundMessage,
+    PublisherBusy,
+    RecordSource,
+    VerdictPublisher,
+    VerdictSink,
+)
+from perfwatch.records import Record, RecordError, Verdict, dumps, parse_record
+from perfwatch.store import OutboxEntry, SeriesKey, StateStore, StoreUnavailable
+
+log = logging.getLogger("perfwatch.processor")
+
+PROCESSING_ERROR = "processing_error"
+_MAX_PROPERTY_CHARS = 8192
+_HOUSEKEEPING_INTERVAL_S = 5.0
+
+
+class ProcessorError(RuntimeError):
+    """The processor cannot start or continue as configured."""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_PROPERTY_CHARS else text[: _MAX_PROPERTY_CHARS - 3] + "..."
+
+
+class Processor:
+    """One consumer of the records. `run(stop)` until `stop` is set."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: StateStore,
+        records: RecordSource,
+        verdicts: VerdictSink,
+        dead_letters: DeadLetterSink,
+        *,
+        handlers: Sequence[RecordHandler] | None = None,
+        metrics: ProcessorMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.name = config.consumer.name
+        self.store = store
+        self.metrics = metrics or ProcessorMetrics.create()
+        self.outbox = OutboxRelay(store, verdicts, self.metrics)
+        self._records = records
+        self._dead_letters = dead_letters
+        self._handlers = list(handlers) if handlers is not None else build_handlers(config)
+        self._publisher: VerdictPublisher | None = None
+        self._next_housekeeping = 0.0
+        self._outbox_dirty = False  # a publication failed: the outbox has leftovers
+
+    # --- life cycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the verdict publisher, publish what a previous run left in the outbox,
+        open the dead-letter sink and subscribe."""
+        try:
+            self._publisher = self.outbox.open(self.name)
+        except PublisherBusy:
+            raise ProcessorError(
+                f"another processor named {self.name!r} is connected to "
+                f"{self.config.topics.verdicts}; give each processor its own consumer name"
+            ) from None
+        self._dead_letters.open()
+        self._records.open()
+        log.info(
+            "processor started",
+            extra={
+                "consumer": self.name,
+                "topic": self.config.topics.records,
+                "subscription": self.config.consumer.subscription,
+                "store": self.store.url.split("@")[-1],
+            },
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        """Process batches until `stop` is set, then finish the batch in hand and close."""
+        self.start()
+        try:
+            while not stop.is_set():
+                self.poll_once()
+                self._housekeeping()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the publishers and the source (unacknowledged messages are redelivered)."""
+        for port in (self._publisher, self._dead_letters, self._records):
+            if port is None:
+                continue
+            try:
+                port.close()
+            except Exception as err:  # closing the others matters more
+                log.warning("closing a connection failed", extra={"error": str(err)})
+        self._publisher = None
+        log.info("processor stopped", extra={"consumer": self.name})
+
+    def adopt_orphans(self) -> None:
+        """Publish verdicts other processors committed but never published (they died)."""
+        stale_before = time.time() - self.config.consumer.orphan_after_s
+        self.outbox.adopt_orphans(self.name, stale_before)
+
+    # --- one batch ---------------------------------------------------------------------
+
+    def poll_once(self) -> int:
+        """Receive and process one batch; the number of messages handled."""
+        assert self._publisher is not None, "start() first"
+        messages = self._records.receive_batch()
+        if not messages:
+            return 0
+        received = time.monotonic()
+        valid: list[InboundMessage] = []
+        unsettled: Sequence[InboundMessage] = messages  # none is settled before processing
+        try:
+            if self._outbox_dirty:  # earlier verdicts go out first, in order
+                self.outbox.publish_outbox(self.name, self._publisher)
+                self._outbox_dirty = False
+            unsettled = valid
+            parsed = []
+            for message in messages:
+                if message.redelivery_count > 0:
+                    self.metrics.redelivered.inc()
+                record = self._parse(message)
+                if record is not None:
+                    parsed.append((message, record))
+            entries: list[OutboxEntry] = []
+            published_ms: dict[str, int] = {}  # verdict id -> its record's publish time
+            for message, queued in self._process(parsed):
+                valid.append(message)
+                entries += queued
+                for entry in queued:
+                    published_ms[entry.verdict_id] = message.publish_time_ms
+            self.outbox.publish(self.name, self._publisher, entries, published_ms)
+        except PublishError as err:
+            # The state is committed; redelivered records change nothing and are
+            # acknowledged once the outbox has been published.
+            self._outbox_dirty = True
+            log.error("publishing verdicts failed", extra={"error": str(err)})
+            for message in unsettled:
+                self._records.negative_acknowledge(message)
+            return len(messages)
+        for message in valid:
+            self._records.acknowledge(message)
+        elapsed = time.monotonic() - received
+        for _ in messages:
+            self.metrics.latency.observe(elapsed)
+        return len(messages)
+
+    def _parse(self, message: InboundMessage) -> Record | None:
+        """The message's record, or None once a bad one has been dead-lettered."""
+        try:
+            return parse_record(message.payload, max_bytes=self.config.consumer.max_record_bytes)
+        except RecordError as err:
+            self._dead_letter(message, str(err.kind), err.path, err.message)
+            return None
+
+    def _process(
+        self, parsed: Sequence[tuple[InboundMessage, Record]]
+    ) -> list[tuple[InboundMessage, list[OutboxEntry]]]:
+        """Handle valid records; for each one whose state committed, the verdicts it
+        put in the outbox (the others are dead-lettered or negatively acknowledged).
+
+        A batch commits in one transaction (one commit and a few statements per
+        batch instead of per record); if that fails, its records are handled one
+        transaction each, so only a record that fails on its own is held back.
+        """
+        if len(parsed) > 1:
+            try:
+                return self._commit(parsed)
+            except StoreUnavailable:
+                raise
+            except Exception as err:
+                log.info(
+                    "a batch's transaction failed; handling its records one at a time",
+                    extra={"records": len(parsed), "error": f"{type(err).__name__}: {err}"},
+                )
+        committed = []
+        for message, record in parsed:
+            try:
+                committed += self._commit([(message, record)])
+            except StoreUnavailable:
+                raise
+            except Exception as err:
+                self._hold_back(message, err, traceback.format_exc())
+        return committed
+
+    def _commit(
+        self, parsed: Sequence[tuple[InboundMessage, Record]]
+    ) -> list[tuple[InboundMessage, list[OutboxEntry]]]:
+        """Run every handler on the records in one transaction, verdicts into the outbox."""
+        produced_by: list[tuple[InboundMessage, list[OutboxEntry]]] = []
+        with self.store.transaction() as tx:
+            records = [record for _, record in parsed]
+            for handler in self._handlers:
+                handler.prepare(records, tx)
+            for message, record in parsed:
+                emitted_at = datetime.now(UTC)
+                produced: list[Verdict] = []
+                for handler in self._handlers:
+                    produced += handler.handle(record, tx, emitted_at, tuple(produced))
+                entries = [self._outbox_entry(verdict, record.test) for verdict in produced]
+                produced_by.append((message, entries))
+            numbers = iter(tx.add_verdicts([e for _, entries in produced_by for e in entries]))
+        self.metrics.records_processed.inc(len(parsed))
+        committed = []
+        for message, entries in produced_by:
+            # None: the verdict id was in the outbox already (a redelivered record)
+            numbered = [(entry, next(numbers)) for entry in entries]
+            committed.append(
+                (message, [replace(entry, seq=seq) for entry, seq in numbered if seq is not None])
+            )
+        return committed
+
+    def _hold_back(self, message: InboundMessage, err: Exception, trace: str) -> None:
+        """A valid record whose processing raised: redelivered later, or dead-lettered
+        with the traceback once it has been redelivered `max_redeliveries` times."""
+        if message.redelivery_count >= self.config.consumer.max_redeliveries:
+            self._dead_letter(
+                message, PROCESSING_ERROR, "$", f"{type(err).__name__}: {err}", trace=trace
+            )
+            return
+        log.warning(
+            "processing a record failed; it will be redelivered",
+            extra={
+                "message_id": message.message_id,
+                "redelivery_count": message.redelivery_count,
+                "error": f"{type(err).__name__}: {err}",
+            },
+        )
+        self._records.negative_acknowledge(message)
+
+    def _outbox_entry(self, verdict: Verdict, partition_key: str) -> OutboxEntry:
+        series = verdict.series
+        series_key = (
+            SeriesKey.of(series.test, series.metric, series.attributes).canonical
+            if series.metric is not None
+            else ""
+        )
+        return OutboxEntry(
+            seq=0,  # given by the store
+            verdict_id=verdict.verdict_id,
+            owner=self.name,
+            kind=verdict.kind,
+            series_key=series_key,
+            partition_key=partition_key,
+            document=dumps(verdict),
+            created_at=time.time(),
+        )
+
+    def _dead_letter(
+        self, message: InboundMessage, reason: str, path: str, detail: str, trace: str = ""
+    ) -> None:
+        """Send the original bytes to the dead-letter sink, then acknowledge."""
+        properties = dict(message.properties)
+        properties.update(
+            {
+                "perfwatch.error.kind": reason,
+                "perfwatch.error.path": path,
+                "perfwatch.error.message": _clip(detail),
+                "perfwatch.source.topic": message.topic,
+                "perfwatch.source.message_id": message.message_id,
+                "perfwatch.source.redelivery_count": str(message.redelivery_count),
+                "perfwatch.consumer": self.name,
+            }
+        )
+        if trace:
+            properties["perfwatch.error.traceback"] = _clip(trace)
+        self._dead_letters.send(message.payload, key=message.key, properties=properties)
+        self._records.acknowledge(message)
+        self.metrics.dead_lettered.labels(reason).inc()
+        log.warning(
+            "record dead-lettered",
+            extra={
+                "reason": reason,
+                "path": path,
+                "error": detail,
+                "message_id": message.message_id,
+            },
+        )
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        if now < self._next_housekeeping:
+            return
+        self._next_housekeeping = now + _HOUSEKEEPING_INTERVAL_S
+        self.metrics.series.set(self.store.series_count())
+        self.adopt_orphans()

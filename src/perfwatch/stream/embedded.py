@@ -31,21 +31,25 @@ import time
 from pathlib import Path
 from typing import Self
 
-import pulsar
 from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
 from perfwatch.stream.brokers import (
+    PULSAR_CLIENT_LOG,
     BrokerError,
     ChildProcessBroker,
     free_loopback_ports,
     is_loopback,
     listening_addresses,
+    make_client,
     port_is_free,
     stop_process,
     tail,
 )
 
 logger = logging.getLogger(__name__)
+# The readiness probe's failures are expected while the broker starts: only errors.
+_PROBE_CLIENT_LOG = PULSAR_CLIENT_LOG.getChild("readiness")
+_PROBE_CLIENT_LOG.setLevel(logging.ERROR)
 
 CONFIG_NAME = "pulsar-lite.toml"
 DB_NAME = "broker.db"  # pulsar-lite stores it as broker.rocksdb/
@@ -271,11 +275,11 @@ class EmbeddedBroker(ChildProcessBroker):
 
     def _client_round_trip(self) -> str | None:
         """None when a real Pulsar client can connect and look a topic up."""
-        client = pulsar.Client(
+        client = make_client(
             self.service_url,
             operation_timeout_seconds=5,
             connection_timeout_ms=2000,
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            logger=_PROBE_CLIENT_LOG,
         )
         try:
             client.get_topic_partitions("persistent://public/default/perfwatch-readiness")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from itertools import islice
+from typing import TYPE_CHECKING
 
 import click
-import pulsar
 
-from perfwatch.cli.watch import VerdictSource, connected_client, verdict_source_options
+from perfwatch.cli.broker import connected_client
+from perfwatch.cli.errors import InputError
+from perfwatch.cli.watch import VerdictSource, verdict_source_options
 from perfwatch.publishers.verdict_feed import receive_messages
 from perfwatch.publishers.webhook import (
     DEFAULT_TEMPLATE,
@@ -17,6 +19,9 @@ from perfwatch.publishers.webhook import (
     check_template,
     forward_verdicts,
 )
+
+if TYPE_CHECKING:
+    import pulsar
 
 
 @click.command("forward")
@@ -35,7 +40,13 @@ from perfwatch.publishers.webhook import (
     help="Text of a Slack message, with fields "
     + ", ".join("{" + field + "}" for field in TEMPLATE_FIELDS),
 )
-@click.option("--max-attempts", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Tries per verdict before it goes to the dead-letter topic.",
+)
 @click.option(
     "--backoff",
     type=click.FloatRange(min=0),
@@ -43,8 +54,20 @@ from perfwatch.publishers.webhook import (
     show_default=True,
     help="Seconds before the first retry; doubled for each next one.",
 )
-@click.option("--max-backoff", type=click.FloatRange(min=0), default=60.0, show_default=True)
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@click.option(
+    "--max-backoff",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Longest wait in seconds between two tries.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the webhook's answer to one try.",
+)
 @click.option(
     "--subscription",
     default="perfwatch-forward",
@@ -52,8 +75,10 @@ from perfwatch.publishers.webhook import (
     help="Durable subscription: a restarted forwarder resumes where it stopped.",
 )
 @click.option(
-    "--dead-letter-topic",
-    help="Where undeliverable verdicts go [default: <verdicts topic>-<subscription>-DLQ].",
+    "--undeliverable-topic",
+    metavar="TOPIC",
+    show_default="<verdicts topic>-<subscription>-DLQ",
+    help="Topic the verdicts the webhook keeps refusing go to.",
 )
 @verdict_source_options
 def forward(
@@ -66,7 +91,7 @@ def forward(
     max_backoff: float,
     timeout: float,
     subscription: str,
-    dead_letter_topic: str | None,
+    undeliverable_topic: str | None,
 ) -> None:
     """POST every verdict to --webhook, in order, retrying with exponential back-off.
 
@@ -77,8 +102,8 @@ def forward(
     try:
         check_template(template)
     except TemplateError as error:
-        raise click.BadParameter(str(error), param_hint="--template") from None
-    dead_letter_topic = dead_letter_topic or f"{source.topic}-{subscription}-DLQ"
+        raise InputError(f"--template: {error}") from None
+    undeliverable_topic = undeliverable_topic or f"{source.topic}-{subscription}-DLQ"
     sender = WebhookSender(
         webhook,
         max_attempts=max_attempts,
@@ -90,14 +115,16 @@ def forward(
     def report(message: pulsar.Message, outcome: str) -> None:
         click.echo(f"{message.message_id()}: {outcome}", err=True)
 
-    with connected_client(source.config) as client:
+    import pulsar
+
+    with connected_client(source.config, topic=source.topic) as client:
         consumer = client.subscribe(
             source.topic,
             subscription,
             consumer_type=pulsar.ConsumerType.Shared,
             initial_position=source.initial_position,
         )
-        dead_letter = client.create_producer(dead_letter_topic)
+        dead_letter = client.create_producer(undeliverable_topic)
         click.echo(f"forwarding {source.topic} to the webhook", err=True)
         try:
             stats = forward_verdicts(
@@ -112,14 +139,12 @@ def forward(
                 verdict_filter=source.verdict_filter,
                 on_outcome=report,
             )
-        except KeyboardInterrupt:
-            return
         finally:
             sender.close()
             consumer.close()
             dead_letter.close()
     click.echo(
         f"{stats.delivered} delivered, {stats.dead_lettered} dead-lettered to "
-        f"{dead_letter_topic}, {stats.skipped} filtered out",
+        f"{undeliverable_topic}, {stats.skipped} filtered out",
         err=True,
     )

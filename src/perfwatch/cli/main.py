@@ -11,6 +11,7 @@ import importlib
 import click
 
 from perfwatch import __version__
+from perfwatch.cli.errors import CommandLineGroup
 
 # verb -> "module:attribute" of a click.Command
 COMMANDS: dict[str, str] = {
@@ -28,7 +29,7 @@ COMMANDS: dict[str, str] = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(CommandLineGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -40,7 +41,11 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module_name), attribute)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    "perfwatch",
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+)
 @click.version_option(__version__, prog_name="perfwatch")
 def main() -> None:
     """Detect performance regressions in CI results, offline or on a Pulsar stream."""

@@ -17,7 +17,7 @@ from types import FrameType
 
 import click
 
-from perfwatch.stream.brokers import BrokerError, tail
+from perfwatch.cli.errors import ServiceUnavailable, check_port_free
 
 
 @click.group()
@@ -38,7 +38,9 @@ def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> None:
             # Ctrl-C reaches the broker too (same process group): only a death with no
             # stop request is unexpected.
             if not is_running() and not stop.is_set():
-                raise click.ClickException(
+                from perfwatch.stream.brokers import tail
+
+                raise ServiceUnavailable(
                     f"the broker process exited unexpectedly; its log:\n{tail(log_file)}"
                 )
     finally:
@@ -57,7 +59,13 @@ def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> None:
 )
 @click.option("--port", type=click.IntRange(1, 65535), help="Broker port [default: a free one].")
 @click.option("--web-port", type=click.IntRange(1, 65535), help="Admin/HTTP port [default: free].")
-@click.option("--heap-mb", type=click.IntRange(min=128), default=512, show_default=True)
+@click.option(
+    "--heap-mb",
+    type=click.IntRange(min=128),
+    default=512,
+    show_default=True,
+    help="Java heap of the standalone, in MiB.",
+)
 def pulsar_standalone(
     fetch_only: bool,
     data_dir: Path | None,
@@ -66,6 +74,7 @@ def pulsar_standalone(
     heap_mb: int,
 ) -> None:
     """Run an Apache Pulsar standalone (broker + bookie) on loopback until Ctrl-C."""
+    from perfwatch.stream.brokers import BrokerError
     from perfwatch.stream.standalone import (
         PulsarStandalone,
         fetch_jars,
@@ -74,6 +83,9 @@ def pulsar_standalone(
         pulsar_version,
     )
 
+    for option, chosen in (("--port", port), ("--web-port", web_port)):
+        if chosen is not None:
+            check_port_free("127.0.0.1", chosen, option)
     try:
         home = pulsar_home()
         if not jars_ready(home):
@@ -109,7 +121,7 @@ def pulsar_standalone(
             _wait_for_signal(lambda: standalone.running, standalone.log_file)
             click.echo("Stopping ...", err=True)
     except BrokerError as error:
-        raise click.ClickException(str(error)) from error
+        raise ServiceUnavailable(str(error)) from error
 
 
 @dev.command("embedded")
@@ -121,8 +133,11 @@ def pulsar_standalone(
 @click.option("--port", type=click.IntRange(1, 65535), help="Broker port [default: a free one].")
 def embedded(data_dir: Path | None, port: int | None) -> None:
     """Run the embedded pulsar-lite broker on loopback until Ctrl-C."""
+    from perfwatch.stream.brokers import BrokerError
     from perfwatch.stream.embedded import EmbeddedBroker
 
+    if port is not None:
+        check_port_free("127.0.0.1", port, "--port")
     try:
         with EmbeddedBroker(data_dir, port=port) as broker:
             click.echo(
@@ -134,4 +149,4 @@ def embedded(data_dir: Path | None, port: int | None) -> None:
             _wait_for_signal(lambda: broker.running, broker.log_file)
             click.echo("Stopping ...", err=True)
     except BrokerError as error:
-        raise click.ClickException(str(error)) from error
+        raise ServiceUnavailable(str(error)) from error

@@ -14,12 +14,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import click
-import pulsar
 
 from perfwatch.records import VerdictKind, parse_rfc3339
+
+if TYPE_CHECKING:
+    import pulsar
 
 KINDS: tuple[str, ...] = get_args(VerdictKind)
 
@@ -194,6 +196,8 @@ def receive_messages(
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[pulsar.Message]:
     """Messages as they arrive; ends after `idle_timeout_s` without one (None: never)."""
+    import pulsar
+
     last_seen = clock()
     while True:
         try:

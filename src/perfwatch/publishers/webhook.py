@@ -13,13 +13,15 @@ import string
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import orjson
-import pulsar
 
 from perfwatch.publishers.verdict_feed import SeenVerdicts, VerdictFilter, summary_fields
+
+if TYPE_CHECKING:
+    import pulsar
 
 DEFAULT_TEMPLATE = "{summary}"
 TEMPLATE_FIELDS = (

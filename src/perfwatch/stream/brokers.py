@@ -256,6 +256,19 @@ def make_client(
     )
 
 
+def client_options(settings: BrokerConfig) -> dict[str, Any]:
+    """`make_client` options for the configured credentials, TLS and connection timeout."""
+    return {
+        "auth_token": settings.auth_token,
+        "tls_trust_certs_file": settings.tls_trust_certs,
+        "tls_allow_insecure": settings.tls_allow_insecure,
+        "tls_validate_hostname": settings.tls_validate_hostname,
+        "tls_certificate_file_path": settings.tls_cert,
+        "tls_private_key_file_path": settings.tls_key,
+        "connection_timeout_ms": max(1, round(settings.connect_timeout * 1000)),
+    }
+
+
 def connect_client(broker: BrokerHandle, settings: BrokerConfig, *, topic: str) -> pulsar.Client:
     """A client with `settings`' credentials and TLS, once the broker answered a lookup of
     `topic` within ``settings.connect_timeout`` seconds; BrokerUnreachable otherwise.
@@ -265,15 +278,7 @@ def connect_client(broker: BrokerHandle, settings: BrokerConfig, *, topic: str) 
     operations. Ctrl-C during the probe raises KeyboardInterrupt (the client reports
     it as its own `pulsar.Interrupted`).
     """
-    options: dict[str, Any] = {
-        "auth_token": settings.auth_token,
-        "tls_trust_certs_file": settings.tls_trust_certs,
-        "tls_allow_insecure": settings.tls_allow_insecure,
-        "tls_validate_hostname": settings.tls_validate_hostname,
-        "tls_certificate_file_path": settings.tls_cert,
-        "tls_private_key_file_path": settings.tls_key,
-        "connection_timeout_ms": max(1, round(settings.connect_timeout * 1000)),
-    }
+    options = client_options(settings)
     probe = make_client(
         broker, operation_timeout_seconds=max(1, math.ceil(settings.connect_timeout)), **options
     )

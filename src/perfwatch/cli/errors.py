@@ -70,20 +70,33 @@ def report(message: str, command_path: str | None = None) -> None:
     click.echo(f"{command_path}: error: {message}", err=True)
 
 
-def _command_path(error: click.ClickException) -> str:
+def _command_path(error: BaseException) -> str:
+    """The path of the command that failed: ``perfwatch dev pulsar``."""
     if isinstance(error, CommandError):
         return error.command_path
     context = getattr(error, "ctx", None)
-    return context.command_path if context is not None else PROGRAM
+    if isinstance(context, click.Context):
+        return context.command_path
+    # Otherwise the innermost command the error passed through: click's frames hold
+    # each command's context as `ctx` (the contexts themselves are closed by now).
+    path = PROGRAM
+    trace = error.__traceback__
+    while trace is not None:
+        frame_context = trace.tb_frame.f_locals.get("ctx")
+        if isinstance(frame_context, click.Context):
+            path = frame_context.command_path
+        trace = trace.tb_next
+    return path
 
 
-def _show(error: click.ClickException) -> None:
-    """Click's usage line and help hint for usage errors, then the one-line error."""
+def _show(error: click.ClickException, failed: BaseException) -> None:
+    """Click's usage line and help hint for usage errors, then the one-line error naming
+    the command `failed` in."""
     context = getattr(error, "ctx", None)
     if isinstance(error, click.UsageError) and context is not None:
         click.echo(context.get_usage(), err=True)
         click.echo(f"Try '{context.command_path} --help' for help.", err=True)
-    report(error.format_message(), _command_path(error))
+    report(error.format_message(), _command_path(failed))
 
 
 def _library_failure(error: Exception) -> CommandError | None:
@@ -128,7 +141,7 @@ class CommandLineGroup(click.Group):
         try:
             result = super().main(args, prog_name, complete_var, False, **extra)
         except click.ClickException as error:
-            _show(error)
+            _show(error, error)
             return error.exit_code
         except OSError as error:
             if error.errno != errno.EPIPE:
@@ -140,7 +153,7 @@ class CommandLineGroup(click.Group):
             failure = _library_failure(error) if isinstance(error, Exception) else None
             if failure is None:
                 raise
-            _show(failure)
+            _show(failure, error)
             return failure.exit_code
         # Without standalone mode click returns the code of an explicit `ctx.exit(code)`.
         return result if isinstance(result, int) else EXIT_OK

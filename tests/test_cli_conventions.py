@@ -243,6 +243,21 @@ def test_ctrl_c_while_the_broker_does_not_answer(
     assert stdout == ""
 
 
+def test_ctrl_c_stops_a_running_command_cleanly(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [*PERFWATCH, "dev", "embedded", "--data-dir", str(tmp_path / "broker")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith("service URL: pulsar://127.0.0.1:")
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+
+
 # --- a port already in use: exit status 2 ----------------------------------------------------
 
 

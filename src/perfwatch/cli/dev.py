@@ -9,15 +9,14 @@ Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 import click
 
 from perfwatch.cli.errors import ServiceUnavailable, check_port_free
+from perfwatch.cli.signals import stop_on_signals
 
 
 @click.group()
@@ -25,15 +24,9 @@ def dev() -> None:
     """Run a local Pulsar broker for development and tests."""
 
 
-def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> None:
-    """Block until SIGINT/SIGTERM, or fail if the broker process dies first."""
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> int | None:
+    """Block until SIGINT/SIGTERM (returns which), or fail if the broker process dies first."""
+    with stop_on_signals() as stop:
         while not stop.wait(1.0):
             # Ctrl-C reaches the broker too (same process group): only a death with no
             # stop request is unexpected.
@@ -43,9 +36,13 @@ def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> None:
                 raise ServiceUnavailable(
                     f"the broker process exited unexpectedly; its log:\n{tail(log_file)}"
                 )
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return stop.signal
+
+
+def _stopped_by(received: int | None) -> None:
+    """After a clean stop: Ctrl-C is reported as an interruption (exit status 130)."""
+    if received == signal.SIGINT:
+        raise KeyboardInterrupt
 
 
 @dev.command("pulsar")
@@ -118,8 +115,9 @@ def pulsar_standalone(
             )
             click.echo(f"service URL: {standalone.service_url}")
             click.echo(f"admin URL:   {standalone.admin_url}")
-            _wait_for_signal(lambda: standalone.running, standalone.log_file)
+            received = _wait_for_signal(lambda: standalone.running, standalone.log_file)
             click.echo("Stopping ...", err=True)
+        _stopped_by(received)
     except BrokerError as error:
         raise ServiceUnavailable(str(error)) from error
 
@@ -146,7 +144,8 @@ def embedded(data_dir: Path | None, port: int | None) -> None:
                 err=True,
             )
             click.echo(f"service URL: {broker.service_url}")
-            _wait_for_signal(lambda: broker.running, broker.log_file)
+            received = _wait_for_signal(lambda: broker.running, broker.log_file)
             click.echo("Stopping ...", err=True)
+        _stopped_by(received)
     except BrokerError as error:
         raise ServiceUnavailable(str(error)) from error

@@ -19,6 +19,7 @@ message and status above, once for every command.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -146,7 +147,10 @@ class CommandLineGroup(click.Group):
         except OSError as error:
             if error.errno != errno.EPIPE:
                 raise
-            return EXIT_OK  # the reader of stdout went away (`perfwatch watch | head`)
+            # The reader of stdout went away (`perfwatch watch | head`): nothing is wrong,
+            # and nothing more can be written there, not even at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
         except BaseException as error:
             if _interrupted(error):
                 return EXIT_INTERRUPTED

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,34 +16,18 @@ from perfwatch.cli.options import (
     records_topic_option,
     verdicts_topic_option,
 )
+from perfwatch.cli.signals import stop_on_signals
 
 if TYPE_CHECKING:
     from perfwatch.config import Config
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGTERM or SIGINT (restoring the previous handlers afterwards)."""
-    stop = threading.Event()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def request_stop(signum: int, frame: Any) -> None:
-        stop.set()
-
-    for sig in previous:
-        signal.signal(sig, request_stop)
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
     """Connect broker and store as configured and process until SIGTERM or SIGINT.
 
     The signals stop the processor gracefully only once it runs: before, Ctrl-C
-    interrupts the connection attempts (KeyboardInterrupt).
+    interrupts the connection attempts. Either way Ctrl-C ends in KeyboardInterrupt
+    (exit status 130); SIGTERM, the orderly stop, returns.
     """
     from perfwatch.cli.broker import connected_broker
     from perfwatch.store import open_store
@@ -83,6 +64,8 @@ def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
                 )
                 with stop_on_signals() as stop:
                     processor.run(stop)
+                if stop.signal == signal.SIGINT:
+                    raise KeyboardInterrupt  # stopped cleanly, and reported as interrupted
         finally:
             if stop_metrics is not None:
                 stop_metrics()

@@ -128,6 +128,14 @@ def test_bad_input_is_exit_status_2_with_the_command_named(command: str, tmp_pat
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("group", [[], ["dev"]])
+def test_a_group_without_a_command_shows_its_help(group: list[str]) -> None:
+    result = _invoke(*group)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Usage: perfwatch {' '.join([*group, ''])}[OPTIONS] COMMAND")
+    assert "error:" not in result.stderr
+
+
 def test_every_command_is_covered() -> None:
     commands = set(main.list_commands(click.Context(main))) - {"dev"}
     commands |= {"dev pulsar", "dev embedded"}

@@ -34,6 +34,8 @@ EXIT_SERVICE = 3
 EXIT_INTERRUPTED = 130
 
 PROGRAM = "perfwatch"
+# click >= 8.2 raises it for a group run without a command; its message is the help.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class CommandError(click.ClickException):
@@ -142,7 +144,10 @@ class CommandLineGroup(click.Group):
         try:
             result = super().main(args, prog_name, complete_var, False, **extra)
         except click.ClickException as error:
-            _show(error, error)
+            if isinstance(error, _NO_ARGS_IS_HELP):
+                error.show()
+            else:
+                _show(error, error)
             return error.exit_code
         except OSError as error:
             if error.errno != errno.EPIPE:

@@ -197,9 +197,25 @@ def test_client_log_level_is_the_users_choice(record_file: Path) -> None:
     default, _ = _run(*unreachable, "--connect-timeout", "1")
     chosen, _ = _run(*unreachable, "--connect-timeout", "1", "--pulsar-log-level", "debug")
     assert default.returncode == chosen.returncode == 3
-    assert "perfwatch.pulsar: DEBUG:" not in default.stderr
-    assert "perfwatch.pulsar: DEBUG:" in chosen.stderr
-    assert chosen.stdout == ""
+    assert " ERROR [" in default.stderr and " DEBUG [" not in default.stderr
+    assert " DEBUG [" in chosen.stderr
+    assert default.stdout == chosen.stdout == ""
+
+
+def test_client_log_lines_and_messages_share_a_redirected_stderr(
+    record_file: Path, tmp_path: Path
+) -> None:
+    """Both append: neither overwrites the other's lines in a file opened by `2> file`."""
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr:
+        subprocess.run(
+            [*PERFWATCH, "publish", str(record_file), "--pulsar-url", CLOSED_PORT_URL,
+             "--connect-timeout", "1"],
+            stderr=stderr, stdout=subprocess.DEVNULL, timeout=60, check=False,
+        )  # fmt: skip
+    lines = log.read_text().splitlines()
+    assert any("Connection refused" in line for line in lines)
+    assert lines[-1].startswith(f"perfwatch publish: error: Pulsar broker {CLOSED_PORT_URL}")
 
 
 def _config(directory: Path, broker_section: str) -> Path:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-import sys
+import fcntl
+import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from perfwatch.config import Config
     from perfwatch.stream.brokers import BrokerHandle
 
+STDERR = 2
 UNREACHABLE_ADVICE = (
     "check that the broker runs and that the URL, port, TLS and token settings are right "
     "(--pulsar-url, --auth-token, --tls-trust-certs or the [broker] section of perfwatch.toml); "
@@ -24,28 +26,14 @@ UNREACHABLE_ADVICE = (
 )
 
 
-class _CurrentStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever sys.stderr is when a line is logged (test runners replace it)."""
-
-    @property  # type: ignore[override]
-    def stream(self) -> object:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: object) -> None:
-        pass
-
-
-def configure_client_log(level: str) -> None:
-    """The Pulsar client's lines at `level` and above, on stderr with perfwatch's logs."""
-    from perfwatch.stream.brokers import PULSAR_CLIENT_LOG
-
-    PULSAR_CLIENT_LOG.setLevel(level.upper())
-    perfwatch_log = logging.getLogger("perfwatch")
-    if not perfwatch_log.handlers:  # `serve` and `dashboard` configure their own
-        handler = _CurrentStderrHandler()
-        handler.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
-        perfwatch_log.addHandler(handler)
+def append_to_stderr() -> None:
+    """Make writes to a stderr redirected to a file append (``2> file``), as the Pulsar
+    client's log writes do: otherwise each overwrites the other's lines."""
+    try:
+        if stat.S_ISREG(os.fstat(STDERR).st_mode):
+            fcntl.fcntl(STDERR, fcntl.F_SETFL, fcntl.fcntl(STDERR, fcntl.F_GETFL) | os.O_APPEND)
+    except OSError:
+        pass  # no usable stderr: nothing to protect
 
 
 def broker_failure(error: Exception, config: Config) -> ServiceUnavailable | InputError:

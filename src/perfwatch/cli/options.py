@@ -142,16 +142,13 @@ def log_level_option(command: Callable[..., Any]) -> Any:
 
 
 def load_command_config(config_path: Path | str | None, overrides: Mapping[str, Any]) -> Config:
-    """The configuration with the command's flags applied; a bad value is an InputError.
-
-    Also sets the level of the Pulsar client's log lines (``broker.log_level``).
-    """
-    from perfwatch.cli.broker import configure_client_log
+    """The configuration with the command's flags applied; a bad value is an InputError."""
+    from perfwatch.cli.broker import append_to_stderr
     from perfwatch.config import ConfigError, load_config
 
     try:
         config = load_config(config_path, overrides=overrides)
     except ConfigError as error:
         raise InputError(str(error)) from None
-    configure_client_log(config.broker.log_level)
+    append_to_stderr()  # the Pulsar client's log lines may be written there
     return config

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import math
 import os
 import socket
@@ -223,9 +222,18 @@ def readiness_problem(admin_url: str, *, cluster: str = "standalone") -> str | N
     return None
 
 
-# The Pulsar client's own log lines: through Python logging, so they go where perfwatch's
-# logs go (stderr), never to stdout as the client's console logger writes them.
-PULSAR_CLIENT_LOG = logging.getLogger("perfwatch.pulsar")
+# Where the Pulsar client writes its own log lines: stderr, next to perfwatch's messages.
+# Not its console logger, which writes to stdout among a command's output; not a Python
+# logging.Logger, with which destroying a client at times aborts the interpreter
+# ("terminate called without an active exception", apache/pulsar-client-python#256,
+# reproduced with 3.13). Opened in append mode, so a redirected stderr is not overwritten.
+CLIENT_LOG_PATH = "/dev/stderr"
+_CLIENT_LOG_LEVELS = {
+    "debug": pulsar.LoggerLevel.Debug,
+    "info": pulsar.LoggerLevel.Info,
+    "warning": pulsar.LoggerLevel.Warn,
+    "error": pulsar.LoggerLevel.Error,
+}
 
 
 def make_client(
@@ -235,14 +243,13 @@ def make_client(
     tls_trust_certs_file: str | Path | None = None,
     tls_allow_insecure: bool = False,
     operation_timeout_seconds: int = 30,
-    logger: logging.Logger = PULSAR_CLIENT_LOG,
+    log_level: str = "warning",
     **client_options: Any,
 ) -> pulsar.Client:
     """A `pulsar.Client` for a handle or a service URL; every perfwatch client is made here.
 
-    TLS is used for ``pulsar+ssl://`` URLs. The client logs through `logger`
-    (default ``perfwatch.pulsar``): its level decides which of the client's lines
-    are written, and its handlers where.
+    TLS is used for ``pulsar+ssl://`` URLs. The client's own log lines of
+    `log_level` (debug, info, warning, error) and above go to stderr.
     """
     service_url = broker.service_url if isinstance(broker, BrokerHandle) else broker
     return pulsar.Client(
@@ -251,14 +258,15 @@ def make_client(
         operation_timeout_seconds=operation_timeout_seconds,
         tls_trust_certs_file_path=str(tls_trust_certs_file) if tls_trust_certs_file else None,
         tls_allow_insecure_connection=tls_allow_insecure,
-        logger=logger,
+        logger=pulsar.FileLogger(_CLIENT_LOG_LEVELS[log_level], CLIENT_LOG_PATH),
         **client_options,
     )
 
 
 def client_options(settings: BrokerConfig) -> dict[str, Any]:
-    """`make_client` options for the configured credentials, TLS and connection timeout."""
+    """`make_client` options for the configured credentials, TLS, timeout and log level."""
     return {
+        "log_level": settings.log_level,
         "auth_token": settings.auth_token,
         "tls_trust_certs_file": settings.tls_trust_certs,
         "tls_allow_insecure": settings.tls_allow_insecure,

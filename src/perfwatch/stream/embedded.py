@@ -34,7 +34,6 @@ from typing import Self
 from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
 from perfwatch.stream.brokers import (
-    PULSAR_CLIENT_LOG,
     BrokerError,
     ChildProcessBroker,
     free_loopback_ports,
@@ -47,9 +46,6 @@ from perfwatch.stream.brokers import (
 )
 
 logger = logging.getLogger(__name__)
-# The readiness probe's failures are expected while the broker starts: only errors.
-_PROBE_CLIENT_LOG = PULSAR_CLIENT_LOG.getChild("readiness")
-_PROBE_CLIENT_LOG.setLevel(logging.ERROR)
 
 CONFIG_NAME = "pulsar-lite.toml"
 DB_NAME = "broker.db"  # pulsar-lite stores it as broker.rocksdb/
@@ -279,7 +275,7 @@ class EmbeddedBroker(ChildProcessBroker):
             self.service_url,
             operation_timeout_seconds=5,
             connection_timeout_ms=2000,
-            logger=_PROBE_CLIENT_LOG,
+            log_level="error",
         )
         try:
             client.get_topic_partitions("persistent://public/default/perfwatch-readiness")

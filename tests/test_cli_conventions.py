@@ -234,6 +234,14 @@ def test_connect_timeout_comes_from_the_config_file(record_file: Path) -> None:
     assert elapsed < 8
 
 
+def test_unreachable_postgresql_store_is_exit_status_3() -> None:
+    store = "postgresql://perfwatch@127.0.0.1:1/perfwatch"
+    result = _invoke("dashboard", "--port", "0", "--no-follow-topic", "--store", store)
+    assert result.exit_code == 3, result.output
+    line = _error_line(result.stderr, "dashboard")
+    assert "state store unreachable" in line and "127.0.0.1" in line
+
+
 def test_malformed_broker_url_is_bad_input(record_file: Path) -> None:
     result = _invoke("publish", str(record_file), "--pulsar-url", "http://broker:8080")
     assert result.exit_code == 2

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from perfwatch.config import Config
     from perfwatch.stream.brokers import BrokerHandle
 
-STDERR = 2
+STDERR = 2  # the descriptor the Pulsar client writes to (sys.stderr may be a stand-in)
 UNREACHABLE_ADVICE = (
     "check that the broker runs and that the URL, port, TLS and token settings are right "
     "(--pulsar-url, --auth-token, --tls-trust-certs or the [broker] section of perfwatch.toml); "

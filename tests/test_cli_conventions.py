@@ -38,7 +38,7 @@ BROKER_OPTIONS = {
     "--pulsar-log-level",
 }
 # Options that several commands share: one definition, the same help everywhere.
-SHARED_OPTIONS = BROKER_OPTIONS | {"--records-topic", "--verdicts-topic", "--log-level"}
+SHARED_OPTIONS = BROKER_OPTIONS | {"--records-topic", "--verdicts-topic", "--log-level", "--store"}
 
 
 def _error_line(stderr: str, command: str) -> str:
@@ -239,7 +239,7 @@ def test_unreachable_postgresql_store_is_exit_status_3() -> None:
     result = _invoke("dashboard", "--port", "0", "--no-follow-topic", "--store", store)
     assert result.exit_code == 3, result.output
     line = _error_line(result.stderr, "dashboard")
-    assert "state store unreachable" in line and "127.0.0.1" in line
+    assert "state store unavailable" in line and "127.0.0.1" in line
 
 
 def test_malformed_broker_url_is_bad_input(record_file: Path) -> None:

@@ -15,6 +15,7 @@ from perfwatch.cli.options import (
     broker_options,
     load_command_config,
     log_level_option,
+    store_option,
     verdicts_topic_option,
 )
 
@@ -27,13 +28,7 @@ DASHBOARD_MODULES = ("starlette", "uvicorn", "jinja2", "plotly")
 @click.option("--port", default=8050, type=click.IntRange(0, 65535), help="Port to listen on.")
 @broker_options
 @verdicts_topic_option
-@click.option(
-    "--store",
-    "store_url",
-    metavar="URL",
-    show_default="store.url in the config, else sqlite:///~/.local/share/perfwatch/state.db",
-    help="State store: sqlite:///PATH or postgresql://...",
-)
+@store_option
 @click.option(
     "--subscription",
     show_default="perfwatch-dashboard-<hostname>",
@@ -121,7 +116,7 @@ def dashboard(
     try:  # the application opens the store again at start-up; fail here, clearly
         open_store(config.store.url).close()
     except StoreUnavailable as error:
-        raise ServiceUnavailable(f"state store unreachable: {error}") from None
+        raise ServiceUnavailable(f"state store unavailable: {error}") from None
     except StoreError as error:
         raise InputError(str(error)) from None
     settings = DashboardSettings(

@@ -118,7 +118,7 @@ def records_topic_option(command: Callable[..., Any]) -> Any:
         "--records-topic",
         metavar="TOPIC",
         show_default=_setting("topics.records", "persistent://public/default/perfwatch-records"),
-        help="Topic the records are published to.",
+        help="Topic of the records (`publish` sends them there, `serve` reads them).",
     )(command)
 
 
@@ -127,7 +127,19 @@ def verdicts_topic_option(command: Callable[..., Any]) -> Any:
         "--verdicts-topic",
         metavar="TOPIC",
         show_default=_setting("topics.verdicts", "persistent://public/default/perfwatch-verdicts"),
-        help="Topic the verdicts are published to.",
+        help="Topic of the verdicts (`serve` publishes them there; `watch`, `forward` and "
+        "`dashboard` read them).",
+    )(command)
+
+
+def store_option(command: Callable[..., Any]) -> Any:
+    """``--store URL``, passed as ``store_url``."""
+    return click.option(
+        "--store",
+        "store_url",
+        metavar="URL",
+        show_default=_setting("store.url", "sqlite:///~/.local/share/perfwatch/state.db"),
+        help="State store: sqlite:///PATH or postgresql://...",
     )(command)
 
 

@@ -14,6 +14,7 @@ from perfwatch.cli.options import (
     load_command_config,
     log_level_option,
     records_topic_option,
+    store_option,
     verdicts_topic_option,
 )
 from perfwatch.cli.signals import stop_on_signals
@@ -98,13 +99,7 @@ def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
     show_default="consumer.name in the config, else perfwatch-<hostname>",
     help="This processor's unique name.",
 )
-@click.option(
-    "--store",
-    "store_url",
-    metavar="URL",
-    show_default="store.url in the config, else sqlite:///~/.local/share/perfwatch/state.db",
-    help="State store: sqlite:///PATH or postgresql://...",
-)
+@store_option
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
@@ -163,6 +158,6 @@ def serve(
     try:
         run_processor(config, embedded_dir)
     except StoreUnavailable as error:
-        raise ServiceUnavailable(f"state store unreachable: {error}") from None
+        raise ServiceUnavailable(f"state store unavailable: {error}") from None
     except (StoreError, ProcessorError) as error:
         raise InputError(str(error)) from None

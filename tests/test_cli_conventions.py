@@ -136,6 +136,18 @@ def test_a_group_without_a_command_shows_its_help(group: list[str]) -> None:
     assert "error:" not in result.stderr
 
 
+def test_profile_with_a_failing_test_is_exit_status_1(tmp_path: Path) -> None:
+    suite = tmp_path / "test_suite.py"
+    suite.write_text("def test_passes():\n    pass\n\ndef test_fails():\n    assert False\n")
+    output = tmp_path / "inputs.json"
+    result = _invoke(
+        *("profile", "--repeats", "1", "--warmup", "0", "-o", str(output), "--"),
+        *(str(suite), "-q", "-p", "no:cacheprovider"),
+    )
+    assert result.exit_code == 1, result.output
+    assert output.exists()  # the passing test's profile is still written
+
+
 def test_every_command_is_covered() -> None:
     commands = set(main.list_commands(click.Context(main))) - {"dev"}
     commands |= {"dev pulsar", "dev embedded"}

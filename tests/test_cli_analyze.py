@@ -278,7 +278,7 @@ def test_bad_input_fails_with_location_and_no_output(
     result = run(good, bad)
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert result.stderr.startswith(f"Error: {bad}{location}: ")
+    assert result.stderr.startswith(f"perfwatch analyze: error: {bad}{location}: ")
     assert fragment in result.stderr
 
 
@@ -289,7 +289,9 @@ def test_bad_record_line_is_located(tmp_path: Path) -> None:
     path.write_bytes(b"\n".join(lines))
     result = run(path)
     assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr.startswith(f"Error: {path}:5:1: $.timestamp: is not an RFC 3339")
+    assert result.stderr.startswith(
+        f"perfwatch analyze: error: {path}:5:1: $.timestamp: is not an RFC 3339"
+    )
 
 
 def test_selection_leaving_too_few_runs_is_an_error(tmp_path: Path) -> None:

@@ -195,7 +195,7 @@ def test_forward_retries_dead_letters_and_acknowledges(
     producer.send(dumps(improvement))
     producer.send(dumps(fine))
     command = ["forward", "--webhook", webhook.url, "--pulsar-url", each_broker.service_url]
-    command += ["--topic", topic, "--subscription", "hooks", "--from-earliest"]
+    command += ["--verdicts-topic", topic, "--subscription", "hooks", "--from-earliest"]
     command += ["--max-attempts", "3", "--backoff", "0.01", "--regressions-only"]
 
     result = CliRunner().invoke(main, [*command, "--idle-timeout", "1.5"])
@@ -242,7 +242,7 @@ def test_raw_payload_is_the_published_verdict(
         main,
         [
             *("forward", "--webhook", webhook.url, "--payload", "raw", "--from-earliest"),
-            *("--pulsar-url", each_broker.service_url, "--topic", topic, "--limit", "1"),
+            *("--pulsar-url", each_broker.service_url, "--verdicts-topic", topic, "--limit", "1"),
         ],
     )
     assert result.exit_code == 0, result.output

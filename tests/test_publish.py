@@ -58,7 +58,7 @@ def test_dry_run_prints_valid_files_and_rejects_invalid_ones(tmp_path: Path) -> 
 
     result = _publish("--dry-run", str(bad), str(good))
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"{bad}:2:1: $.metrics.latency: expected number or object" in result.stderr
     assert f"{bad}: invalid; nothing from this file is sent" in result.stderr
     # the valid file is printed exactly as the records it holds
@@ -71,7 +71,7 @@ def test_invalid_completed_record_names_file_position_and_path(tmp_path: Path) -
 
     result = _publish("--dry-run", "--attr", f"note={'x' * 2000}", str(csv))
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"{csv}: row 2 in time order: $.attributes.note: " in result.stderr
     assert result.stdout_bytes == b""
 
@@ -185,7 +185,7 @@ def test_every_format_reads_back_as_dry_run_prints(
 
     topic = unique_topic()
     consumer = _subscribe(client, topic)
-    sent = _publish("--pulsar-url", each_broker.service_url, "--topic", topic, *paths)
+    sent = _publish("--pulsar-url", each_broker.service_url, "--records-topic", topic, *paths)
     assert sent.exit_code == 0, sent.output
     assert f"published {len(expected)} record(s) to {topic}; all acknowledged" in sent.stderr
 
@@ -209,7 +209,9 @@ def test_ten_thousand_records_all_acknowledged(
     topic = unique_topic()
     consumer = _subscribe(client, topic)
 
-    result = _publish("--pulsar-url", pulsar_broker.service_url, "--topic", topic, str(path))
+    result = _publish(
+        "--pulsar-url", pulsar_broker.service_url, "--records-topic", topic, str(path)
+    )
 
     assert result.exit_code == 0, result.output
     assert f"published {count} record(s)" in result.stderr
@@ -255,7 +257,7 @@ def test_without_a_url_the_embedded_broker_is_used(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "runs.jsonl", [_record("local", i) for i in range(3)])
     env = {"XDG_DATA_HOME": str(tmp_path / "data"), "PERFWATCH_BROKER_URL": ""}
     result = CliRunner(env=env).invoke(
-        main, ["publish", "--no-auto-identity", "--topic", "local-records", str(path)]
+        main, ["publish", "--no-auto-identity", "--records-topic", "local-records", str(path)]
     )
     assert result.exit_code == 0, result.output
     assert "published 3 record(s)" in result.stderr

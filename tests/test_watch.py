@@ -158,8 +158,8 @@ def client(each_broker: BrokerHandle) -> Iterator[pulsar.Client]:
     client.close()
 
 
-def _on(broker: BrokerHandle, topic: str) -> list[str]:
-    return ["--pulsar-url", broker.service_url, "--topic", topic]
+def _on(broker: BrokerHandle, topic: str, kind: str = "verdicts") -> list[str]:
+    return ["--pulsar-url", broker.service_url, f"--{kind}-topic", topic]
 
 
 def _produce(client: pulsar.Client, topic: str, payloads: list[bytes]) -> None:
@@ -235,7 +235,12 @@ def test_publish_then_a_processor_then_watch(
         assert _read_line(watcher.stderr, 60).startswith(f"watching {verdicts_topic}")
         published = CliRunner().invoke(
             main,
-            ["publish", "--no-auto-identity", *_on(each_broker, records_topic), str(records)],
+            [
+                "publish",
+                "--no-auto-identity",
+                *_on(each_broker, records_topic, "records"),
+                str(records),
+            ],
         )
         assert published.exit_code == 0, published.output
 

@@ -21,6 +21,7 @@ from typing import Any
 from perfwatch.stream.verdicts import VerdictPolicy
 
 DIRECTIONS = ("higher_is_better", "lower_is_better")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 CONFIG_ENV_VAR = "PERFWATCH_CONFIG"
 DEFAULT_CONFIG_FILE = "perfwatch.toml"
 
@@ -45,6 +46,10 @@ class BrokerConfig:
     tls_key: str | None = None
     tls_allow_insecure: bool = False
     tls_validate_hostname: bool = True
+    # Seconds to wait for the broker's first answer before giving up on it.
+    connect_timeout: float = 10.0
+    # Lowest level of the Pulsar client's own log lines (debug, info, warning, error).
+    log_level: str = "warning"
 
 
 @dataclass(frozen=True)
@@ -349,6 +354,15 @@ def _finish(config: Config, env: Mapping[str, str]) -> Config:
         raise ConfigError(
             f"observability.log_format: expected 'text' or 'json', "
             f"got {config.observability.log_format!r}"
+        )
+    if config.broker.log_level not in LOG_LEVELS:
+        raise ConfigError(
+            f"broker.log_level: expected one of {', '.join(LOG_LEVELS)}, "
+            f"got {config.broker.log_level!r}"
+        )
+    if not config.broker.connect_timeout > 0:
+        raise ConfigError(
+            f"broker.connect_timeout: must be above 0 seconds, got {config.broker.connect_timeout}"
         )
     if not config.store.url.startswith(("sqlite://", "postgresql://", "postgres://")):
         raise ConfigError(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from perfwatch.cli.errors import InputError
 from perfwatch.cli.options import output_format_option
 from perfwatch.formats.errors import SourceError, read_source
 
@@ -39,12 +40,6 @@ SHOWN_COMMIT_CHARS = 10
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S +0000"
 VALUE_FORMAT = "{:.10g}"
 CHANGE_COLOURS = {"regression": "red", "improvement": "green", "unknown": "yellow"}
-
-
-class InputError(click.ClickException):
-    """Bad input files or values: ``Error: FILE:LINE:COLUMN: problem``, exit status 2."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -188,6 +183,35 @@ def _is_record_file(path: Path) -> bool:
     return read_source(path).lstrip()[:1] in (b"{", b"[")
 
 
+# Benchmark tools' reports `perfwatch publish` reads, by the name `detect_format` gives.
+TOOL_REPORTS = {
+    "pytest-benchmark": "pytest-benchmark",
+    "google-benchmark": "Google Benchmark",
+    "hyperfine": "hyperfine",
+}
+
+
+def _check_not_tool_report(path: Path) -> None:
+    """SourceError for a benchmark tool's report: one run, which is no history to analyse."""
+    from perfwatch.formats.detect import detect_format
+
+    if path.suffix.lower() in RECORD_SUFFIXES - {".json"}:
+        return  # JSON Lines: records only
+    try:
+        found = detect_format(path)
+    except SourceError:
+        return  # none of the known formats: the record reader says what is wrong
+    if found in TOOL_REPORTS:
+        raise SourceError(
+            str(path),
+            f"this is a {TOOL_REPORTS[found]} report: it holds one run, and change-point "
+            "analysis needs a history of runs. Publish each run's report with "
+            f"`perfwatch publish {path}` to build the history on the stream, or convert "
+            f"the reports with `perfwatch publish --dry-run REPORT >> history.jsonl` and "
+            "analyse history.jsonl",
+        )
+
+
 def _load_series(
     files: Sequence[Path],
     metrics: set[str] | None,
@@ -201,6 +225,8 @@ def _load_series(
 
     series: list[MetricSeries] = []
     record_files = [path for path in files if _is_record_file(path)]
+    for path in record_files:
+        _check_not_tool_report(path)
     for path in files:
         if path in record_files:
             if path == record_files[0]:

@@ -6,7 +6,6 @@ Exit status: 0 no regression, 1 regression, 2 bad input or usage.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
+from perfwatch.cli.errors import EXIT_FOUND, EXIT_OK, InputError
 from perfwatch.cli.options import output_format_option
 from perfwatch.formats.errors import SourceError
 
@@ -141,8 +141,7 @@ def compare(
             check.calibrate(calibration)
         result = check.fit(baseline).check(targets[0])
     except (SourceError, ValueError) as error:
-        click.echo(f"perfwatch compare: {error}", err=True)
-        sys.exit(2)
+        raise InputError(str(error)) from None
     if output_format == "json":
         document = result.to_dict()
         if hasattr(check, "calibration_"):
@@ -150,7 +149,7 @@ def compare(
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
     else:
         click.echo(render_text(result, check))
-    sys.exit(1 if result.regression else 0)
+    raise SystemExit(EXIT_FOUND if result.regression else EXIT_OK)
 
 
 def _runs(files: Sequence[str]) -> list[CounterSamples]:

@@ -9,37 +9,39 @@ from typing import Any
 
 import click
 
-from perfwatch.config import ConfigError, load_config
+from perfwatch._optional import require
+from perfwatch.cli.errors import InputError, ServiceUnavailable, check_port_free
+from perfwatch.cli.options import (
+    broker_options,
+    load_command_config,
+    log_level_option,
+    store_option,
+    verdicts_topic_option,
+)
+
+# What the dashboard imports from the `dashboard` extra.
+DASHBOARD_MODULES = ("starlette", "uvicorn", "jinja2", "plotly")
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535))
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="TOML file (default: $PERFWATCH_CONFIG, else ./perfwatch.toml if present).",
-)
-@click.option("--store", "store_url", help="sqlite:///PATH or postgresql://... state store.")
-@click.option("--pulsar-url", help="Pulsar service URL; default: configured, else embedded.")
-@click.option("--auth-token", help="Pulsar token (prefer PERFWATCH_BROKER_AUTH_TOKEN).")
-@click.option("--tls-trust-certs", help="CA bundle for pulsar+ssl:// URLs.")
-@click.option("--verdicts-topic", help="Topic the verdicts are published to.")
+@click.option("--host", default="127.0.0.1", help="Address to listen on.")
+@click.option("--port", default=8050, type=click.IntRange(0, 65535), help="Port to listen on.")
+@broker_options
+@verdicts_topic_option
+@store_option
 @click.option(
     "--subscription",
-    help="Subscription on the verdicts topic [default: perfwatch-dashboard-<hostname>].",
+    show_default="perfwatch-dashboard-<hostname>",
+    help="Subscription on the verdicts topic.",
 )
 @click.option(
     "--follow-topic/--no-follow-topic",
     default=True,
-    show_default=True,
     help="Follow the verdicts topic; without it new verdicts come from polling the store.",
 )
 @click.option(
     "--poll-interval",
     default=2.0,
-    show_default=True,
     type=click.FloatRange(min=0.1),
     help="Seconds between reads of the store's new verdicts (30 at least while the "
     "verdicts topic is followed).",
@@ -47,54 +49,52 @@ from perfwatch.config import ConfigError, load_config
 @click.option(
     "--embedded-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Data folder of the embedded broker (default ~/.local/share/perfwatch/embedded).",
+    show_default="~/.local/share/perfwatch/embedded",
+    help="Data folder of the embedded broker.",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-)
+@log_level_option
 def dashboard(
     host: str,
     port: int,
+    broker_settings: dict[str, Any],
     config_path: Path | None,
-    store_url: str | None,
-    pulsar_url: str | None,
-    auth_token: str | None,
-    tls_trust_certs: str | None,
     verdicts_topic: str | None,
+    store_url: str | None,
     subscription: str | None,
     follow_topic: bool,
     poll_interval: float,
     embedded_dir: Path | None,
-    log_level: str,
+    log_level: str | None,
 ) -> None:
     """Serve the web dashboard: series and their status, change points, counter checks,
     run-or-skip votes, per-test time and memory, and verdicts live as they arrive.
 
     It reads the processor's state store and follows the verdicts topic. With
     the embedded broker it joins the broker a running `perfwatch serve` owns and
-    never starts one; until it finds one, new verdicts come from the store.
+    never starts one; until it finds one, new verdicts come from the store. A
+    broker that does not answer is retried in the background; the store is
+    still read.
     """
+    for module in DASHBOARD_MODULES:
+        require(module, "dashboard", feature="the dashboard")
+    overrides: dict[str, Any] = {
+        **broker_settings,
+        "store.url": store_url,
+        "topics.verdicts": verdicts_topic,
+        "observability.log_level": log_level,
+    }
+    config = load_command_config(config_path, overrides)
+    check_port_free(host, port, "--port")
+
     import uvicorn
 
     from perfwatch.dashboard.app import DashboardSettings, create_app
     from perfwatch.dashboard.live import TopicSettings
     from perfwatch.processor.observability import configure_logging
+    from perfwatch.store import StoreError, StoreUnavailable, open_store
 
-    overrides: dict[str, Any] = {
-        "store.url": store_url,
-        "broker.url": pulsar_url,
-        "broker.auth_token": auth_token,
-        "broker.tls_trust_certs": tls_trust_certs,
-        "topics.verdicts": verdicts_topic,
-    }
-    try:
-        config = load_config(config_path, overrides=overrides)
-    except ConfigError as err:
-        raise click.UsageError(str(err)) from None
-    configure_logging(config.observability.log_format, log_level)
+    level = config.observability.log_level
+    configure_logging(config.observability.log_format, level)
 
     topic = None
     if follow_topic:
@@ -111,10 +111,14 @@ def dashboard(
             else broker.url,
             topic=config.topics.verdicts,
             subscription=subscription or f"perfwatch-dashboard-{socket.gethostname()}",
-            auth_token=broker.auth_token,
-            tls_trust_certs=broker.tls_trust_certs,
-            tls_allow_insecure=broker.tls_allow_insecure,
+            broker=broker,
         )
+    try:  # the application opens the store again at start-up; fail here, clearly
+        open_store(config.store.url).close()
+    except StoreUnavailable as error:
+        raise ServiceUnavailable(f"state store unavailable: {error}") from None
+    except StoreError as error:
+        raise InputError(str(error)) from None
     settings = DashboardSettings(
         store_url=config.store.url, topic=topic, poll_interval_s=poll_interval
     )
@@ -123,10 +127,10 @@ def dashboard(
             create_app(settings),
             host=host,
             port=port,
-            log_level=log_level,
+            log_level=level,
             # Event streams never end by themselves: give them a moment, then close them.
             timeout_graceful_shutdown=2,
-            access_log=log_level == "debug",
+            access_log=level == "debug",
         )
     )
     logging.getLogger("perfwatch.dashboard").info(

@@ -99,7 +99,7 @@ def demo(runs: int, seed: int, keep: Path | None) -> None:
 def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
     import pulsar
 
-    from perfwatch.adapters.pulsar import pulsar_processor as Processor
+    from perfwatch.adapters.pulsar import pulsar_processor
     from perfwatch.processor.observability import configure_logging
     from perfwatch.store import open_store
     from perfwatch.stream.brokers import make_client, open_broker
@@ -134,7 +134,7 @@ def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
                 consumer_type=pulsar.ConsumerType.Shared,
                 initial_position=pulsar.InitialPosition.Earliest,
             )
-            processor = Processor(
+            processor = pulsar_processor(
                 config, store, client, subscription_type=handle.subscription_type()
             )
             stop = threading.Event()

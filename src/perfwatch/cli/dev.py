@@ -9,15 +9,14 @@ Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 import click
 
-from perfwatch.stream.brokers import BrokerError, tail
+from perfwatch.cli.errors import ServiceUnavailable, check_port_free
+from perfwatch.cli.signals import stop_on_signals
 
 
 @click.group()
@@ -25,25 +24,25 @@ def dev() -> None:
     """Run a local Pulsar broker for development and tests."""
 
 
-def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> None:
-    """Block until SIGINT/SIGTERM, or fail if the broker process dies first."""
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> int | None:
+    """Block until SIGINT/SIGTERM (returns which), or fail if the broker process dies first."""
+    with stop_on_signals() as stop:
         while not stop.wait(1.0):
             # Ctrl-C reaches the broker too (same process group): only a death with no
             # stop request is unexpected.
             if not is_running() and not stop.is_set():
-                raise click.ClickException(
+                from perfwatch.stream.brokers import tail
+
+                raise ServiceUnavailable(
                     f"the broker process exited unexpectedly; its log:\n{tail(log_file)}"
                 )
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return stop.signal
+
+
+def _stopped_by(received: int | None) -> None:
+    """After a clean stop: Ctrl-C is reported as an interruption (exit status 130)."""
+    if received == signal.SIGINT:
+        raise KeyboardInterrupt
 
 
 @dev.command("pulsar")
@@ -57,7 +56,13 @@ def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> None:
 )
 @click.option("--port", type=click.IntRange(1, 65535), help="Broker port [default: a free one].")
 @click.option("--web-port", type=click.IntRange(1, 65535), help="Admin/HTTP port [default: free].")
-@click.option("--heap-mb", type=click.IntRange(min=128), default=512, show_default=True)
+@click.option(
+    "--heap-mb",
+    type=click.IntRange(min=128),
+    default=512,
+    show_default=True,
+    help="Java heap of the standalone, in MiB.",
+)
 def pulsar_standalone(
     fetch_only: bool,
     data_dir: Path | None,
@@ -66,6 +71,7 @@ def pulsar_standalone(
     heap_mb: int,
 ) -> None:
     """Run an Apache Pulsar standalone (broker + bookie) on loopback until Ctrl-C."""
+    from perfwatch.stream.brokers import BrokerError
     from perfwatch.stream.standalone import (
         PulsarStandalone,
         fetch_jars,
@@ -74,6 +80,9 @@ def pulsar_standalone(
         pulsar_version,
     )
 
+    for option, chosen in (("--port", port), ("--web-port", web_port)):
+        if chosen is not None:
+            check_port_free("127.0.0.1", chosen, option)
     try:
         home = pulsar_home()
         if not jars_ready(home):
@@ -106,10 +115,11 @@ def pulsar_standalone(
             )
             click.echo(f"service URL: {standalone.service_url}")
             click.echo(f"admin URL:   {standalone.admin_url}")
-            _wait_for_signal(lambda: standalone.running, standalone.log_file)
+            received = _wait_for_signal(lambda: standalone.running, standalone.log_file)
             click.echo("Stopping ...", err=True)
+        _stopped_by(received)
     except BrokerError as error:
-        raise click.ClickException(str(error)) from error
+        raise ServiceUnavailable(str(error)) from error
 
 
 @dev.command("embedded")
@@ -121,8 +131,11 @@ def pulsar_standalone(
 @click.option("--port", type=click.IntRange(1, 65535), help="Broker port [default: a free one].")
 def embedded(data_dir: Path | None, port: int | None) -> None:
     """Run the embedded pulsar-lite broker on loopback until Ctrl-C."""
+    from perfwatch.stream.brokers import BrokerError
     from perfwatch.stream.embedded import EmbeddedBroker
 
+    if port is not None:
+        check_port_free("127.0.0.1", port, "--port")
     try:
         with EmbeddedBroker(data_dir, port=port) as broker:
             click.echo(
@@ -131,7 +144,8 @@ def embedded(data_dir: Path | None, port: int | None) -> None:
                 err=True,
             )
             click.echo(f"service URL: {broker.service_url}")
-            _wait_for_signal(lambda: broker.running, broker.log_file)
+            received = _wait_for_signal(lambda: broker.running, broker.log_file)
             click.echo("Stopping ...", err=True)
+        _stopped_by(received)
     except BrokerError as error:
-        raise click.ClickException(str(error)) from error
+        raise ServiceUnavailable(str(error)) from error

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perfwatch.cli.watch import VerdictSource, connected_client, verdict_source_options
+from perfwatch.cli.broker import connected_client
+from perfwatch.cli.errors import InputError
+from perfwatch.cli.watch import VerdictSource, verdict_source_options
 from perfwatch.publishers.verdict_feed import receive_messages
 from perfwatch.publishers.webhook import (
     DEFAULT_TEMPLATE,
@@ -18,7 +20,7 @@ from perfwatch.publishers.webhook import (
     forward_verdicts,
 )
 
-if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
+if TYPE_CHECKING:
     import pulsar
 
 
@@ -38,7 +40,13 @@ if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --hel
     help="Text of a Slack message, with fields "
     + ", ".join("{" + field + "}" for field in TEMPLATE_FIELDS),
 )
-@click.option("--max-attempts", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Tries per verdict before it goes to the dead-letter topic.",
+)
 @click.option(
     "--backoff",
     type=click.FloatRange(min=0),
@@ -46,8 +54,20 @@ if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --hel
     show_default=True,
     help="Seconds before the first retry; doubled for each next one.",
 )
-@click.option("--max-backoff", type=click.FloatRange(min=0), default=60.0, show_default=True)
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@click.option(
+    "--max-backoff",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Longest wait in seconds between two tries.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the webhook's answer to one try.",
+)
 @click.option(
     "--subscription",
     default="perfwatch-forward",
@@ -55,8 +75,10 @@ if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --hel
     help="Durable subscription: a restarted forwarder resumes where it stopped.",
 )
 @click.option(
-    "--dead-letter-topic",
-    help="Where undeliverable verdicts go [default: <verdicts topic>-<subscription>-DLQ].",
+    "--undeliverable-topic",
+    metavar="TOPIC",
+    show_default="<verdicts topic>-<subscription>-DLQ",
+    help="Topic the verdicts the webhook keeps refusing go to.",
 )
 @verdict_source_options
 def forward(
@@ -69,7 +91,7 @@ def forward(
     max_backoff: float,
     timeout: float,
     subscription: str,
-    dead_letter_topic: str | None,
+    undeliverable_topic: str | None,
 ) -> None:
     """POST every verdict to --webhook, in order, retrying with exponential back-off.
 
@@ -80,8 +102,8 @@ def forward(
     try:
         check_template(template)
     except TemplateError as error:
-        raise click.BadParameter(str(error), param_hint="--template") from None
-    dead_letter_topic = dead_letter_topic or f"{source.topic}-{subscription}-DLQ"
+        raise InputError(f"--template: {error}") from None
+    undeliverable_topic = undeliverable_topic or f"{source.topic}-{subscription}-DLQ"
     sender = WebhookSender(
         webhook,
         max_attempts=max_attempts,
@@ -95,14 +117,14 @@ def forward(
     def report(message: pulsar.Message, outcome: str) -> None:
         click.echo(f"{message.message_id()}: {outcome}", err=True)
 
-    with connected_client(source.config) as client:
+    with connected_client(source.config, topic=source.topic) as client:
         consumer = client.subscribe(
             source.topic,
             subscription,
             consumer_type=pulsar.ConsumerType.Shared,
             initial_position=source.initial_position,
         )
-        dead_letter = client.create_producer(dead_letter_topic)
+        dead_letter = client.create_producer(undeliverable_topic)
         click.echo(f"forwarding {source.topic} to the webhook", err=True)
         try:
             stats = forward_verdicts(
@@ -117,14 +139,12 @@ def forward(
                 verdict_filter=source.verdict_filter,
                 on_outcome=report,
             )
-        except KeyboardInterrupt:
-            return
         finally:
             sender.close()
             consumer.close()
             dead_letter.close()
     click.echo(
         f"{stats.delivered} delivered, {stats.dead_lettered} dead-lettered to "
-        f"{dead_letter_topic}, {stats.skipped} filtered out",
+        f"{undeliverable_topic}, {stats.skipped} filtered out",
         err=True,
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import click
 
 from perfwatch import __version__
+from perfwatch.cli.errors import CommandLineGroup
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ COMMANDS: dict[str, CommandEntry] = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(CommandLineGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -87,7 +88,11 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    "perfwatch",
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+)
 @click.version_option(__version__, prog_name="perfwatch")
 def main() -> None:
     """Detect performance regressions in CI results, offline or on a Pulsar stream."""

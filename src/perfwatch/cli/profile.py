@@ -7,13 +7,21 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from perfwatch.cli.errors import EXIT_FOUND, EXIT_INTERRUPTED, InputError
+from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
 from perfwatch.formats.errors import SourceError
 from perfwatch.formats.input_profile import InputProfileFile, read_input_profile
 from perfwatch.records import RECORD_SCHEMA
+
+if TYPE_CHECKING:
+    from perfwatch.config import Config
+
+# pytest's exit status when the run was interrupted (Ctrl-C reaches pytest too).
+PYTEST_INTERRUPTED = 2
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -62,14 +70,8 @@ from perfwatch.records import RECORD_SCHEMA
     show_default=True,
     help="Test id of the published record.",
 )
-@click.option("--pulsar-url", help="Pulsar service URL for --publish; default: configured.")
-@click.option("--topic", help="Records topic for --publish; default: configured.")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    help="perfwatch.toml to read for --publish.",
-)
+@broker_options
+@records_topic_option
 def profile(
     pytest_args: tuple[str, ...],
     output: Path,
@@ -81,21 +83,27 @@ def profile(
     reference: Path | None,
     branch: str | None,
     test_id: str,
-    pulsar_url: str | None,
-    topic: str | None,
+    broker_settings: dict[str, Any],
     config_path: str | None,
+    records_topic: str | None,
 ) -> None:
     """Run pytest with PYTEST_ARGS and profile every test and parametrized input.
 
     Each input runs in separate passes (warm-up, timing, memory, counting), so
     the counting does not distort the times. The input-profile file feeds
     `perfwatch recommend`; with --publish the profiles also go to the records
-    topic as one record with an `inputs` block. Exits with pytest's status
-    when a test failed (the profiles of the passing tests are still written).
+    topic as one record with an `inputs` block (the broker options apply to it).
+    Exit status 1 when a test failed (the profiles of the passing tests are
+    still written and published).
     """
     if reference is not None and not publish:
         raise click.UsageError("--reference is sent with the record: it needs --publish")
     reference_file = None if reference is None else _read_profiles(reference)
+    config = None
+    if publish:  # bad settings are found before the suite runs, not after
+        config = load_command_config(
+            config_path, {**broker_settings, "topics.records": records_topic}
+        )
     command = [
         sys.executable,
         "-m",
@@ -111,9 +119,11 @@ def profile(
         command.append(f"--perfwatch-kind={kind}")
     started = datetime.now(UTC)
     status = subprocess.run(command, check=False).returncode
+    if status == PYTEST_INTERRUPTED:
+        raise SystemExit(EXIT_INTERRUPTED)
     written = output.exists() and datetime.fromtimestamp(output.stat().st_mtime, UTC) >= started
     if not written:
-        raise click.ClickException(
+        raise InputError(
             f"pytest (exit status {status}) profiled no test; {output} was not written"
         )
     profile_file = _read_profiles(output)
@@ -123,18 +133,18 @@ def profile(
         f"{len(profile_file.profiles)} input profiles ({profile_file.kind}) written to {output}",
         err=True,
     )
-    if publish:
+    if config is not None:
         record = profile_record(profile_file, test_id, reference_file)
-        _publish(record, branch, pulsar_url, topic, config_path)
+        _publish(record, branch, config)
     if status != 0:
-        raise SystemExit(status)
+        raise SystemExit(EXIT_FOUND)
 
 
 def _read_profiles(path: Path) -> InputProfileFile:
     try:
         return read_input_profile(path)
     except SourceError as error:
-        raise click.ClickException(str(error)) from None
+        raise InputError(str(error)) from None
 
 
 def profile_record(
@@ -165,25 +175,12 @@ def profile_record(
     }
 
 
-def _publish(
-    partial: dict[str, Any],
-    branch: str | None,
-    pulsar_url: str | None,
-    topic: str | None,
-    config_path: str | None,
-) -> None:
+def _publish(partial: dict[str, Any], branch: str | None, config: Config) -> None:
     from perfwatch.cli.publish import send_records
-    from perfwatch.config import ConfigError, load_config
     from perfwatch.publishers.identity import Identity, complete_record, environment_identity
     from perfwatch.publishers.publisher import record_label
     from perfwatch.records import validate_record
 
-    try:
-        config = load_config(
-            config_path, overrides={"broker.url": pulsar_url, "topics.records": topic}
-        )
-    except ConfigError as error:
-        raise click.UsageError(str(error)) from None
     record = complete_record(
         partial,
         explicit=Identity(branch=branch),
@@ -191,5 +188,5 @@ def _publish(
     )
     problems = validate_record(record)
     if problems:
-        raise click.ClickException(f"the record to publish is invalid: {problems[0]}")
+        raise InputError(f"the record to publish is invalid: {problems[0]}")
     send_records([(record, record_label(record, "input profiles"))], config)

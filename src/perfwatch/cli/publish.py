@@ -8,23 +8,23 @@ from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from perfwatch.config import Config, ConfigError, load_config
+from perfwatch.cli.errors import InputError, ServiceUnavailable, report
+from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
 from perfwatch.formats.detect import FORMATS, InputFile, read_input_file
 from perfwatch.formats.errors import SourceError
 from perfwatch.publishers.identity import (
     Identity,
     complete_record,
     environment_identity,
-    record_label,
 )
 from perfwatch.records import dumps, format_rfc3339, parse_rfc3339, validate_record
 
-EXIT_INVALID_INPUT = 1
-EXIT_NOT_ACKNOWLEDGED = 3
+if TYPE_CHECKING:
+    from perfwatch.config import Config
 
 
 def parse_attributes(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -45,6 +45,8 @@ def prepare_file(
     fallback_timestamp: str,
 ) -> tuple[list[tuple[dict[str, Any], str]], list[str]]:
     """Complete and validate every record of a file: (records with labels, problems)."""
+    from perfwatch.publishers.publisher import record_label
+
     if input_file.names_benchmarks and explicit.test is not None:
         test_prefix, explicit = explicit.test, replace(explicit, test=None)
     else:
@@ -73,21 +75,14 @@ def _modification_time(path: str) -> str:
 
 @click.command("publish")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option(
-    "--pulsar-url",
-    help="Pulsar service URL; default: the configured one, else the embedded broker.",
-)
-@click.option(
-    "--topic", help="Records topic [default: persistent://public/default/perfwatch-records]."
-)
-@click.option(
-    "--config", "config_path", type=click.Path(dir_okay=False), help="perfwatch.toml to read."
-)
+@broker_options
+@records_topic_option
 @click.option(
     "--format",
     "file_format",
     type=click.Choice(FORMATS),
-    help="Format of every FILE; default: detected per file.",
+    show_default="detected per file",
+    help="Format of every FILE.",
 )
 @click.option("--test", help="Test id; for benchmark-tool reports, a prefix: TEST/benchmark-name.")
 @click.option(
@@ -108,9 +103,9 @@ def _modification_time(path: str) -> str:
 @click.option("--dry-run", is_flag=True, help="Print the records as JSON Lines; send nothing.")
 def publish(
     files: tuple[str, ...],
-    pulsar_url: str | None,
-    topic: str | None,
+    broker_settings: dict[str, Any],
     config_path: str | None,
+    records_topic: str | None,
     file_format: str | None,
     test: str | None,
     run_id: str | None,
@@ -126,15 +121,10 @@ def publish(
 
     Every record is validated first; a file with an invalid record is reported
     (file, position, JSON path) and nothing from it is sent. Exits 0 only when
-    every sent record was acknowledged by the broker (1: invalid input, 3: not
-    acknowledged).
+    every sent record was acknowledged by the broker (2: invalid input, 3: broker
+    unreachable or a record not acknowledged).
     """
-    try:
-        config = load_config(
-            config_path, overrides={"broker.url": pulsar_url, "topics.records": topic}
-        )
-    except ConfigError as error:
-        raise click.UsageError(str(error)) from None
+    config = load_command_config(config_path, {**broker_settings, "topics.records": records_topic})
     if timestamp is not None:
         try:
             parse_rfc3339(timestamp)
@@ -165,7 +155,7 @@ def publish(
             prepared, problems = [], [str(error)]
         if problems:
             for problem in problems:
-                click.echo(f"error: {problem}", err=True)
+                report(problem)
             click.echo(f"{path}: invalid; nothing from this file is sent", err=True)
             rejected_files += 1
             continue
@@ -191,35 +181,26 @@ def publish(
     elif ready:
         send_records(ready, config)
     if rejected_files:
-        raise SystemExit(EXIT_INVALID_INPUT)
+        raise InputError(
+            f"{rejected_files} of {len(files)} file(s) invalid; nothing from them was sent"
+        )
 
 
 def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> None:
-    """Publish validated records and wait for every acknowledgement; the CLI's exit
-    status on failure (shared by `publish` and `profile --publish`)."""
-    # The Pulsar client is loaded only to send: --dry-run and --help do without it.
-    import pulsar
-
+    """Publish validated records and wait for every acknowledgement; a broker that is not
+    reached or does not acknowledge is ServiceUnavailable (`publish`, `profile --publish`)."""
+    from perfwatch.cli.broker import connected_client
     from perfwatch.publishers.publisher import Publisher, PublishError
-    from perfwatch.stream.brokers import BrokerError
 
-    publisher = Publisher(
-        config.broker.url,
-        topic=config.topics.records,
-        auth_token=config.broker.auth_token,
-        tls_trust_certs_file=config.broker.tls_trust_certs,
-    )
-    try:
-        with publisher:
-            for record, label in ready:
-                publisher.send(dumps(record), key=record["test"], label=label)
-    except PublishError as error:
-        click.echo(f"error: {error}", err=True)
-        raise SystemExit(EXIT_NOT_ACKNOWLEDGED) from None
-    except (BrokerError, pulsar.PulsarException) as error:
-        where = config.broker.url or "the embedded broker"
-        click.echo(f"error: publishing to {publisher.topic} on {where} failed: {error}", err=True)
-        raise SystemExit(EXIT_NOT_ACKNOWLEDGED) from None
+    topic = config.topics.records
+    with connected_client(config, topic=topic) as client:
+        publisher = Publisher(topic=topic, client=client)
+        try:
+            with publisher:
+                for record, label in ready:
+                    publisher.send(dumps(record), key=record["test"], label=label)
+        except PublishError as error:
+            raise ServiceUnavailable(f"publishing to {topic}: {error}") from None
     click.echo(
         f"published {publisher.acknowledged} record(s) to {publisher.topic}; all acknowledged",
         err=True,

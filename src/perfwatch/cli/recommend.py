@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from perfwatch._optional import require
+from perfwatch.cli.errors import InputError
 from perfwatch.cli.options import output_format_option
 from perfwatch.detectors.input_attributes import ATTRIBUTES, CLUSTER_ATTRIBUTES, METHODS, NOISE
 from perfwatch.formats.errors import SourceError
@@ -20,12 +22,6 @@ if TYPE_CHECKING:
     from perfwatch.detectors.inputs import InputClustering, Recommendation
 
 TIME_ATTRIBUTES = {"cpu": "cpu_time_s", "wall": "wall_time_s"}
-
-
-class InputError(click.ClickException):
-    """Bad input files or values: ``Error: FILE: problem``, exit status 2."""
-
-    exit_code = 2
 
 
 class Share(click.ParamType):
@@ -67,7 +63,13 @@ class Share(click.ParamType):
     help="Profiles of the same sampled inputs on the old code, measured next to the update "
     "(removes machine drift from the time thresholds).",
 )
-@click.option("--method", type=click.Choice(METHODS), default="dbscan", show_default=True)
+@click.option(
+    "--method",
+    type=click.Choice(METHODS),
+    default="dbscan",
+    show_default=True,
+    help="How the baseline's inputs are clustered.",
+)
 @click.option(
     "--eps",
     type=click.FloatRange(min=0, min_open=True),
@@ -130,8 +132,20 @@ class Share(click.ParamType):
     type=click.Path(dir_okay=False, path_type=Path),
     help="Draw the clusters (and the judged inputs) to this PNG file.",
 )
-@click.option("--plot-x", type=click.Choice(ATTRIBUTES), default="size", show_default=True)
-@click.option("--plot-y", type=click.Choice(ATTRIBUTES), default="statements", show_default=True)
+@click.option(
+    "--plot-x",
+    type=click.Choice(ATTRIBUTES),
+    default="size",
+    show_default=True,
+    help="Attribute on the plot's horizontal axis.",
+)
+@click.option(
+    "--plot-y",
+    type=click.Choice(ATTRIBUTES),
+    default="statements",
+    show_default=True,
+    help="Attribute on the plot's vertical axis.",
+)
 def recommend(
     baseline: Path,
     update: Path | None,
@@ -363,8 +377,7 @@ def plot_clusters(
     judged: Sequence[InputProfile] = (),
 ) -> None:
     """Scatter the baseline inputs by cluster in two attributes; mark the judged inputs."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plot", feature="--plot")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -3,132 +3,144 @@
 from __future__ import annotations
 
 import signal
-import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from perfwatch.config import Config, ConfigError, load_config
+from perfwatch.cli.errors import InputError, ServiceUnavailable, check_port_free
+from perfwatch.cli.options import (
+    broker_options,
+    load_command_config,
+    log_level_option,
+    records_topic_option,
+    store_option,
+    verdicts_topic_option,
+)
+from perfwatch.cli.signals import stop_on_signals
+
+if TYPE_CHECKING:
+    from perfwatch.config import Config
 
 
-@contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGTERM or SIGINT (restoring the previous handlers afterwards)."""
-    stop = threading.Event()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
+    """Connect broker and store as configured and process until SIGTERM or SIGINT.
 
-    def request_stop(signum: int, frame: Any) -> None:
-        stop.set()
-
-    for sig in previous:
-        signal.signal(sig, request_stop)
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def run_processor(config: Config, stop: threading.Event, embedded_dir: Path | None = None) -> None:
-    """Connect broker and store as configured and process until `stop` is set."""
-    from perfwatch.adapters.pulsar import pulsar_processor as Processor
+    The signals stop the processor gracefully only once it runs: before, Ctrl-C
+    interrupts the connection attempts. Either way Ctrl-C ends in KeyboardInterrupt
+    (exit status 130); SIGTERM, the orderly stop, returns.
+    """
+    from perfwatch.adapters.pulsar import pulsar_processor
     from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication
+    from perfwatch.cli.broker import connected_broker
     from perfwatch.processor.observability import ProcessorMetrics
     from perfwatch.store import open_store
-    from perfwatch.stream.brokers import make_client, open_broker
 
     broker_config = config.broker
-    with open_broker(
-        broker_config.url, data_dir=embedded_dir, admin_url=broker_config.admin_url
-    ) as handle:
-        client = make_client(
-            handle,
-            auth_token=broker_config.auth_token,
-            tls_trust_certs_file=broker_config.tls_trust_certs,
-            tls_allow_insecure=broker_config.tls_allow_insecure,
-            tls_validate_hostname=broker_config.tls_validate_hostname,
-            tls_certificate_file_path=broker_config.tls_cert,
-            tls_private_key_file_path=broker_config.tls_key,
-        )
+    observability = config.observability
+    if observability.metrics_port:
+        check_port_free(observability.metrics_host, observability.metrics_port, "--metrics-port")
+    with connected_broker(config, topic=config.topics.records, embedded_dir=embedded_dir) as (
+        handle,
+        client,
+    ):
         if handle.admin_url:
             enable_verdict_deduplication(
                 handle.admin_url, config.topics.verdicts, broker_config.auth_token
             )
         metrics = ProcessorMetrics.create()
         stop_metrics = None
-        if config.observability.metrics_port:
-            stop_metrics = metrics.serve(
-                config.observability.metrics_host, config.observability.metrics_port
-            )
+        if observability.metrics_port:
+            stop_metrics = metrics.serve(observability.metrics_host, observability.metrics_port)
         try:
             with open_store(config.store.url) as store:
-                processor = Processor(
+                processor = pulsar_processor(
                     config,
                     store,
                     client,
                     subscription_type=handle.subscription_type(),
                     metrics=metrics,
                 )
-                processor.run(stop)
+                with stop_on_signals() as stop:
+                    processor.run(stop)
+                if stop.signal == signal.SIGINT:
+                    raise KeyboardInterrupt  # stopped cleanly, and reported as interrupted
         finally:
             if stop_metrics is not None:
                 stop_metrics()
-            client.close()
 
 
 @click.command()
+@broker_options
 @click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="TOML file (default: $PERFWATCH_CONFIG, else ./perfwatch.toml if present).",
+    "--admin-url",
+    metavar="URL",
+    show_default="broker.admin_url in the config, else none",
+    help="Pulsar admin URL (turns on verdict deduplication).",
 )
-@click.option("--pulsar-url", help="Pulsar service URL; without one the embedded broker runs.")
-@click.option("--admin-url", help="Pulsar admin URL (turns on verdict deduplication).")
-@click.option("--auth-token", help="Pulsar token (prefer PERFWATCH_BROKER_AUTH_TOKEN).")
-@click.option("--tls-trust-certs", help="CA bundle for pulsar+ssl:// URLs.")
-@click.option("--tls-cert", help="Client certificate for TLS authentication.")
-@click.option("--tls-key", help="Client private key for TLS authentication.")
-@click.option("--records-topic", help="Topic the records arrive on.")
-@click.option("--verdicts-topic", help="Topic verdicts are published to.")
-@click.option("--dead-letter-topic", help="Topic bad input goes to.")
-@click.option("--subscription", help="Subscription shared by all processors.")
-@click.option("--name", help="This processor's unique name (default perfwatch-<hostname>).")
-@click.option("--store", "store_url", help="sqlite:///PATH or postgresql://... state store.")
-@click.option("--metrics-port", type=int, help="Serve Prometheus /metrics on this port.")
-@click.option("--metrics-host", help="Address for /metrics (default 127.0.0.1).")
-@click.option("--log-format", type=click.Choice(["text", "json"]), help="Log line format.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+@records_topic_option
+@verdicts_topic_option
+@click.option(
+    "--dead-letter-topic",
+    metavar="TOPIC",
+    show_default="topics.dead_letter in the config, else "
+    "persistent://public/default/perfwatch-dead-letter",
+    help="Topic the records that cannot be processed go to, with the reason.",
+)
+@click.option(
+    "--subscription",
+    show_default="consumer.subscription in the config, else perfwatch",
+    help="Subscription shared by all processors.",
+)
+@click.option(
+    "--name",
+    show_default="consumer.name in the config, else perfwatch-<hostname>",
+    help="This processor's unique name.",
+)
+@store_option
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    show_default="observability.metrics_port in the config, else 0: none",
+    help="Serve Prometheus /metrics on this port.",
+)
+@click.option(
+    "--metrics-host",
+    show_default="observability.metrics_host in the config, else 127.0.0.1",
+    help="Address /metrics listens on.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    show_default="observability.log_format in the config, else text",
+    help="Format of perfwatch's log lines.",
+)
+@log_level_option
 @click.option(
     "--embedded-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Data folder of the embedded broker (default ~/.local/share/perfwatch/embedded).",
+    show_default="~/.local/share/perfwatch/embedded",
+    help="Data folder of the embedded broker.",
 )
-def serve(config_path: Path | None, embedded_dir: Path | None, **flags: Any) -> None:
+def serve(
+    broker_settings: dict[str, Any],
+    config_path: Path | None,
+    embedded_dir: Path | None,
+    **flags: Any,
+) -> None:
     """Consume records, detect change points and publish verdicts until stopped.
 
     Settings come from perfwatch.toml, PERFWATCH_* variables and these flags
     (later wins); see perfwatch.example.toml. SIGTERM or SIGINT finishes the
     batch in hand, flushes the producers and exits.
     """
-    import pulsar
-
     from perfwatch.processor.loop import ProcessorError
     from perfwatch.processor.observability import configure_logging
-    from perfwatch.store import StoreError
-    from perfwatch.stream.brokers import BrokerError
+    from perfwatch.store import StoreError, StoreUnavailable
 
     overrides = {
-        "broker.url": flags["pulsar_url"],
+        **broker_settings,
         "broker.admin_url": flags["admin_url"],
-        "broker.auth_token": flags["auth_token"],
-        "broker.tls_trust_certs": flags["tls_trust_certs"],
-        "broker.tls_cert": flags["tls_cert"],
-        "broker.tls_key": flags["tls_key"],
         "topics.records": flags["records_topic"],
         "topics.verdicts": flags["verdicts_topic"],
         "topics.dead_letter": flags["dead_letter_topic"],
@@ -140,14 +152,11 @@ def serve(config_path: Path | None, embedded_dir: Path | None, **flags: Any) -> 
         "observability.log_format": flags["log_format"],
         "observability.log_level": flags["log_level"],
     }
-    try:
-        config = load_config(config_path, overrides=overrides)
-    except ConfigError as err:
-        raise click.UsageError(str(err)) from None
+    config = load_command_config(config_path, overrides)
     configure_logging(config.observability.log_format, config.observability.log_level)
-    with stop_on_signals() as stop:
-        try:
-            run_processor(config, stop, embedded_dir)
-        except (BrokerError, StoreError, ProcessorError, pulsar.PulsarException) as err:
-            click.echo(f"perfwatch serve: {err}", err=True)
-            sys.exit(1)
+    try:
+        run_processor(config, embedded_dir)
+    except StoreUnavailable as error:
+        raise ServiceUnavailable(f"state store unavailable: {error}") from None
+    except (StoreError, ProcessorError) as error:
+        raise InputError(str(error)) from None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 import sys
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -14,8 +14,13 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from perfwatch.cli.options import output_format_option
-from perfwatch.config import Config, ConfigError, load_config
+from perfwatch.cli.broker import connected_client
+from perfwatch.cli.options import (
+    broker_options,
+    load_command_config,
+    output_format_option,
+    verdicts_topic_option,
+)
 from perfwatch.publishers.verdict_feed import (
     KINDS,
     SeenVerdicts,
@@ -25,8 +30,10 @@ from perfwatch.publishers.verdict_feed import (
     verdict_line,
 )
 
-if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
+if TYPE_CHECKING:
     import pulsar
+
+    from perfwatch.config import Config
 
 
 @dataclass(frozen=True)
@@ -59,9 +66,9 @@ def verdict_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(command)
     def with_source(
         *,
-        pulsar_url: str | None,
+        broker_settings: dict[str, Any],
         config_path: str | None,
-        topic: str | None,
+        verdicts_topic: str | None,
         tests: tuple[str, ...],
         kinds: tuple[str, ...],
         regressions_only: bool,
@@ -71,25 +78,16 @@ def verdict_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
         idle_timeout: float | None,
         **options: Any,
     ) -> Any:
-        try:
-            config = load_config(
-                config_path, overrides={"broker.url": pulsar_url, "topics.verdicts": topic}
-            )
-        except ConfigError as error:
-            raise click.UsageError(str(error)) from None
+        config = load_command_config(
+            config_path, {**broker_settings, "topics.verdicts": verdicts_topic}
+        )
         verdict_filter = _build_filter(tests, kinds, regressions_only, since)
         source = VerdictSource(config, verdict_filter, from_earliest, limit, idle_timeout)
         return command(source=source, **options)
 
     shared_options = [
-        click.option(
-            "--pulsar-url", help="Pulsar service URL; default: configured, else embedded."
-        ),
-        click.option("--config", "config_path", type=click.Path(dir_okay=False)),
-        click.option(
-            "--topic",
-            help="Verdicts topic [default: persistent://public/default/perfwatch-verdicts].",
-        ),
+        broker_options,
+        verdicts_topic_option,
         click.option("--test", "tests", multiple=True, metavar="GLOB", help="Only these tests."),
         click.option(
             "--kind",
@@ -132,29 +130,6 @@ def _build_filter(
     return VerdictFilter(tests, kinds, regressions_only, since_time)
 
 
-@contextmanager
-def connected_client(config: Config) -> Iterator[pulsar.Client]:
-    """A client of the configured broker; broker failures become one-line errors."""
-    import pulsar
-
-    from perfwatch.stream.brokers import BrokerError, make_client, open_broker
-
-    where = config.broker.url or "the embedded broker"
-    try:
-        with open_broker(config.broker.url) as handle:
-            client = make_client(
-                handle,
-                auth_token=config.broker.auth_token,
-                tls_trust_certs_file=config.broker.tls_trust_certs,
-            )
-            try:
-                yield client
-            finally:
-                client.close()
-    except (BrokerError, pulsar.PulsarException) as error:
-        raise click.ClickException(f"{where}: {error}") from None
-
-
 def decode_verdict(message: pulsar.Message) -> dict[str, Any] | None:
     """The message's verdict document, or None (with a warning) when it is not one."""
     try:
@@ -181,7 +156,7 @@ def watch(source: VerdictSource, output_format: str, color: bool | None) -> None
     import pulsar
 
     stdout = sys.stdout.buffer
-    with connected_client(source.config) as client:
+    with connected_client(source.config, topic=source.topic) as client:
         consumer = client.subscribe(
             source.topic,
             f"perfwatch-watch-{uuid.uuid4().hex[:12]}",
@@ -209,8 +184,6 @@ def watch(source: VerdictSource, output_format: str, color: bool | None) -> None
                 consumer.acknowledge(message)
                 if source.limit is not None and shown >= source.limit:
                     break
-        except KeyboardInterrupt:
-            pass
         finally:
             # The subscription was this command's alone: leave nothing behind on the broker.
             with suppress(pulsar.PulsarException):

@@ -15,11 +15,13 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pulsar
+
+from perfwatch.config import BrokerConfig
 
 log = logging.getLogger("perfwatch.dashboard")
 
@@ -74,7 +76,7 @@ class VerdictHub:
 
 @dataclass(frozen=True)
 class TopicSettings:
-    """Where the verdicts topic is and how to authenticate.
+    """Where the verdicts topic is and how to connect (`broker`: credentials, TLS, timeout).
 
     `service_url` is a Pulsar URL, or a function asked before each connection
     attempt that returns one or None (no broker yet), e.g. to find the embedded
@@ -84,9 +86,7 @@ class TopicSettings:
     service_url: str | Callable[[], str | None]
     topic: str
     subscription: str
-    auth_token: str | None = None
-    tls_trust_certs: str | None = None
-    tls_allow_insecure: bool = False
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
 
 
 class TopicListener:
@@ -113,7 +113,7 @@ class TopicListener:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        from perfwatch.stream.brokers import make_client
+        from perfwatch.stream.brokers import client_options, make_client
 
         delay = 0.5
         while not self._stop.is_set():
@@ -125,10 +125,8 @@ class TopicListener:
                 continue
             client = make_client(
                 service_url,
-                auth_token=self.settings.auth_token,
-                tls_trust_certs_file=self.settings.tls_trust_certs,
-                tls_allow_insecure=self.settings.tls_allow_insecure,
                 operation_timeout_seconds=10,
+                **client_options(self.settings.broker),
             )
             try:
                 consumer = client.subscribe(

@@ -20,7 +20,7 @@ import click
 
 from perfwatch.records import VerdictKind, parse_rfc3339
 
-if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
+if TYPE_CHECKING:
     import pulsar
 
 KINDS: tuple[str, ...] = get_args(VerdictKind)

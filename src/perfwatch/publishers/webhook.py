@@ -20,7 +20,7 @@ import orjson
 
 from perfwatch.publishers.verdict_feed import SeenVerdicts, VerdictFilter, summary_fields
 
-if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
+if TYPE_CHECKING:
     import pulsar
 
 DEFAULT_TEMPLATE = "{summary}"

@@ -37,6 +37,9 @@ def open_store(url: str) -> StateStore:
 
         return SqliteStore(url)
     if url.startswith(("postgresql:", "postgres:")):
+        from perfwatch._optional import require
+
+        require("psycopg", "postgres", feature="a PostgreSQL state store")
         from perfwatch.store.postgres import PostgresStore
 
         return PostgresStore(url)

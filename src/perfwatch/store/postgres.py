@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import psycopg
 
 from perfwatch.store._sql import SqlStore, SqlTransaction
-from perfwatch.store.base import StoreError
+from perfwatch.store.base import StoreError, StoreUnavailable
 
 # Arbitrary constant naming perfwatch's schema-migration advisory lock.
 _MIGRATION_LOCK_ID = 0x70657266
@@ -60,6 +60,8 @@ class PostgresStore(SqlStore):
     def _connect(self) -> psycopg.Connection:
         try:
             return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as err:  # server down, unreachable or refusing
+            raise StoreUnavailable(f"{_redacted(self.url)}: cannot connect: {err}") from err
         except psycopg.Error as err:
             raise StoreError(f"{_redacted(self.url)}: cannot connect: {err}") from err
 

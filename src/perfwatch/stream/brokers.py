@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
+import math
 import os
 import socket
 import ssl
@@ -38,9 +38,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
-    import pulsar
+import pulsar
 
+if TYPE_CHECKING:
+    from perfwatch.config import BrokerConfig
 
 BrokerKind = Literal["embedded", "standalone", "container", "external"]
 
@@ -54,6 +55,19 @@ _PERSISTENT_PREFIX = "persistent://"
 
 class BrokerError(RuntimeError):
     """A broker could not be started, reached or asked to do something."""
+
+
+class InvalidBrokerURL(BrokerError):
+    """A broker URL of no known kind."""
+
+
+class BrokerUnreachable(BrokerError):
+    """The broker did not answer, or refused the client, within the connect timeout."""
+
+    def __init__(self, service_url: str, problem: str) -> None:
+        super().__init__(f"Pulsar broker {service_url}: {problem}")
+        self.service_url = service_url
+        self.problem = problem
 
 
 class BrokerCapabilityError(BrokerError):
@@ -109,7 +123,7 @@ def open_broker(
     elif url.startswith(_SERVICE_SCHEMES):
         yield BrokerHandle(service_url=url, admin_url=admin_url, kind="external")
     else:
-        raise BrokerError(
+        raise InvalidBrokerURL(
             f"broker URL {url!r}: expected pulsar://host:port, pulsar+ssl://host:port, "
             "'embedded', 'standalone' or 'container'"
         )
@@ -210,6 +224,20 @@ def readiness_problem(admin_url: str, *, cluster: str = "standalone") -> str | N
     return None
 
 
+# Where the Pulsar client writes its own log lines: stderr, next to perfwatch's messages.
+# Not its console logger, which writes to stdout among a command's output; not a Python
+# logging.Logger, with which destroying a client at times aborts the interpreter
+# ("terminate called without an active exception", apache/pulsar-client-python#256,
+# reproduced with 3.13). Opened in append mode, so a redirected stderr is not overwritten.
+CLIENT_LOG_PATH = "/dev/stderr"
+_CLIENT_LOG_LEVELS = {
+    "debug": pulsar.LoggerLevel.Debug,
+    "info": pulsar.LoggerLevel.Info,
+    "warning": pulsar.LoggerLevel.Warn,
+    "error": pulsar.LoggerLevel.Error,
+}
+
+
 def make_client(
     broker: BrokerHandle | str,
     *,
@@ -217,31 +245,69 @@ def make_client(
     tls_trust_certs_file: str | Path | None = None,
     tls_allow_insecure: bool = False,
     operation_timeout_seconds: int = 30,
-    logger: logging.Logger | pulsar.ConsoleLogger | pulsar.FileLogger | None = None,
+    log_level: str = "warning",
     **client_options: Any,
 ) -> pulsar.Client:
-    """A `pulsar.Client` for a handle or a service URL.
+    """A `pulsar.Client` for a handle or a service URL; every perfwatch client is made here.
 
-    TLS is used for ``pulsar+ssl://`` URLs. The client library's own console
-    logger at WARN level is the default: its INFO output (a few lines per producer,
-    consumer and reconnect) drowns a command's output. A Python `logging.Logger`
-    can be passed instead, but the client calls it from its own threads under the
-    GIL, which has caused hangs in past client releases.
+    TLS is used for ``pulsar+ssl://`` URLs. The client's own log lines of
+    `log_level` (debug, info, warning, error) and above go to stderr.
     """
     import pulsar
 
     service_url = broker.service_url if isinstance(broker, BrokerHandle) else broker
-    if logger is None:
-        logger = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
     return pulsar.Client(
         service_url,
         authentication=pulsar.AuthenticationToken(auth_token) if auth_token else None,
         operation_timeout_seconds=operation_timeout_seconds,
         tls_trust_certs_file_path=str(tls_trust_certs_file) if tls_trust_certs_file else None,
         tls_allow_insecure_connection=tls_allow_insecure,
-        logger=logger,
+        logger=pulsar.FileLogger(_CLIENT_LOG_LEVELS[log_level], CLIENT_LOG_PATH),
         **client_options,
     )
+
+
+def client_options(settings: BrokerConfig) -> dict[str, Any]:
+    """`make_client` options for the configured credentials, TLS, timeout and log level."""
+    return {
+        "log_level": settings.log_level,
+        "auth_token": settings.auth_token,
+        "tls_trust_certs_file": settings.tls_trust_certs,
+        "tls_allow_insecure": settings.tls_allow_insecure,
+        "tls_validate_hostname": settings.tls_validate_hostname,
+        "tls_certificate_file_path": settings.tls_cert,
+        "tls_private_key_file_path": settings.tls_key,
+        "connection_timeout_ms": max(1, round(settings.connect_timeout * 1000)),
+    }
+
+
+def connect_client(broker: BrokerHandle, settings: BrokerConfig, *, topic: str) -> pulsar.Client:
+    """A client with `settings`' credentials and TLS, once the broker answered a lookup of
+    `topic` within ``settings.connect_timeout`` seconds; BrokerUnreachable otherwise.
+
+    The lookup runs on a probe client whose operation timeout is the connect timeout,
+    so the client returned keeps the usual timeout for a working broker's slower
+    operations. Ctrl-C during the probe raises KeyboardInterrupt (the client reports
+    it as its own `pulsar.Interrupted`).
+    """
+    options = client_options(settings)
+    probe = make_client(
+        broker, operation_timeout_seconds=max(1, math.ceil(settings.connect_timeout)), **options
+    )
+    try:
+        probe.get_topic_partitions(topic)
+    except pulsar.Interrupted:
+        raise KeyboardInterrupt from None
+    except (pulsar.Timeout, pulsar.ConnectError) as error:
+        raise BrokerUnreachable(
+            broker.service_url,
+            f"no answer within {settings.connect_timeout:g} s ({error})",
+        ) from None
+    except pulsar.PulsarException as error:
+        raise BrokerUnreachable(broker.service_url, f"refused the client: {error}") from None
+    finally:
+        probe.close()
+    return make_client(broker, **options)
 
 
 def admin_request(

@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import Self
 
-import pulsar
 from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
 from perfwatch.stream.brokers import (
@@ -40,6 +39,7 @@ from perfwatch.stream.brokers import (
     free_loopback_ports,
     is_loopback,
     listening_addresses,
+    make_client,
     port_is_free,
     stop_process,
     tail,
@@ -271,11 +271,11 @@ class EmbeddedBroker(ChildProcessBroker):
 
     def _client_round_trip(self) -> str | None:
         """None when a real Pulsar client can connect and look a topic up."""
-        client = pulsar.Client(
+        client = make_client(
             self.service_url,
             operation_timeout_seconds=5,
             connection_timeout_ms=2000,
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            log_level="error",
         )
         try:
             client.get_topic_partitions("persistent://public/default/perfwatch-readiness")

@@ -1,0 +1,455 @@
+"""Every command fails the same way: `perfwatch CMD: error: MESSAGE` on stderr, exit status
+2 for bad input, 3 for a broker or store that cannot be reached, 130 for Ctrl-C; the same
+option names mean the same thing everywhere (README, "Exit status")."""
+
+from __future__ import annotations
+
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from perfwatch.cli import options
+from perfwatch.cli.main import main
+from perfwatch.config import LOG_LEVELS
+from perfwatch.formats.input_profile import InputProfileFile, write_input_profile
+from perfwatch.records import InputProfile
+
+PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"]
+CLOSED_PORT_URL = "pulsar://127.0.0.1:1"  # nothing listens on port 1 of loopback
+PULSAR_COMMANDS = ("publish", "watch", "forward", "serve", "profile", "dashboard")
+BROKER_OPTIONS = {
+    "--config",
+    "--pulsar-url",
+    "--auth-token",
+    "--tls-trust-certs",
+    "--tls-cert",
+    "--tls-key",
+    "--connect-timeout",
+    "--pulsar-log-level",
+}
+# Options that several commands share: one definition, the same help everywhere.
+SHARED_OPTIONS = BROKER_OPTIONS | {"--records-topic", "--verdicts-topic", "--log-level", "--store"}
+
+
+def _error_line(stderr: str, command: str) -> str:
+    """The convention's error line (after click's usage lines for usage errors)."""
+    lines = [line for line in stderr.splitlines() if line.startswith(f"perfwatch {command}: ")]
+    assert lines, f"no 'perfwatch {command}: error:' line in:\n{stderr}"
+    assert lines[-1].startswith(f"perfwatch {command}: error: "), stderr
+    return lines[-1]
+
+
+def _invoke(*args: str) -> click.testing.Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def _run(*args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
+    began = time.monotonic()
+    completed = subprocess.run(
+        [*PERFWATCH, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    return completed, time.monotonic() - began
+
+
+@pytest.fixture
+def record_file(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.jsonl"
+    record = {
+        "schema": "perfwatch.record/v1",
+        "test": "svc/load",
+        "run_id": "run-1",
+        "commit": "abc123",
+        "timestamp": "2024-05-01T00:00:00Z",
+        "metrics": {"latency_ms": 12.5},
+    }
+    path.write_bytes(orjson.dumps(record) + b"\n")
+    return path
+
+
+@pytest.fixture
+def profile_file(tmp_path: Path) -> Path:
+    generator = random.Random(3)
+    profiles = [
+        InputProfile(
+            f"test_case[{i}]", size, size * 1e-4, size * 1e-4, 1e6, int(size) * 10, 5, 3, 2
+        )
+        for i, size in enumerate(generator.uniform(10, 1000) for _ in range(40))
+    ]
+    path = tmp_path / "baseline.json"
+    write_input_profile(path, InputProfileFile.create(kind="full_suite", profiles=profiles))
+    return path
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+
+
+# --- bad input: exit status 2 ----------------------------------------------------------------
+
+
+BAD_INPUT = {
+    "analyze": ["analyze", "missing.csv"],
+    "publish": ["publish", "--dry-run", "{bad}"],
+    "watch": ["watch", "--kind", "change"],
+    "forward": ["forward", "--webhook", "http://127.0.0.1:9/", "--template", "{nope}"],
+    "serve": ["serve", "--store", "mysql://db/x"],
+    "compare": ["compare", "--baseline", "missing.csv", "--target", "missing.csv"],
+    "profile": ["profile", "--reference", "{bad}"],
+    "recommend": ["recommend", "--baseline", "{bad}"],
+    "dashboard": ["dashboard", "--store", "mysql://db/x"],
+    "demo": ["demo", "--runs", "many"],
+    "dev pulsar": ["dev", "pulsar", "--port", "70000"],
+    "dev embedded": ["dev", "embedded", "--port", "0"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(BAD_INPUT))
+def test_bad_input_is_exit_status_2_with_the_command_named(command: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "perfwatch.record/v1", "test": 3}\n')
+    args = [arg.replace("{bad}", str(bad)) for arg in BAD_INPUT[command]]
+    result = _invoke(*args)
+    assert result.exit_code == 2, result.output
+    _error_line(result.stderr, command)
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("group", [[], ["dev"]])
+def test_a_group_without_a_command_shows_its_help(group: list[str]) -> None:
+    result = _invoke(*group)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Usage: perfwatch {' '.join([*group, ''])}[OPTIONS] COMMAND")
+    assert "error:" not in result.stderr
+
+
+def test_profile_with_a_failing_test_is_exit_status_1(tmp_path: Path) -> None:
+    suite = tmp_path / "test_suite.py"
+    suite.write_text("def test_passes():\n    pass\n\ndef test_fails():\n    assert False\n")
+    output = tmp_path / "inputs.json"
+    result = _invoke(
+        *("profile", "--repeats", "1", "--warmup", "0", "-o", str(output), "--"),
+        *(str(suite), "-q", "-p", "no:cacheprovider"),
+    )
+    assert result.exit_code == 1, result.output
+    assert output.exists()  # the passing test's profile is still written
+
+
+def test_every_command_is_covered() -> None:
+    commands = set(main.list_commands(click.Context(main))) - {"dev"}
+    commands |= {"dev pulsar", "dev embedded"}
+    assert set(BAD_INPUT) == commands
+
+
+# --- a broker that does not answer: exit status 3 within the connect timeout ---------------
+
+
+BROKER_COMMANDS = {
+    "publish": ["publish", "{records}"],
+    "watch": ["watch"],
+    "forward": ["forward", "--webhook", "http://127.0.0.1:9/"],
+    "serve": ["serve", "--store", "sqlite:///{tmp}/state.db"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(BROKER_COMMANDS))
+def test_unreachable_broker_is_exit_status_3_naming_the_url(
+    command: str, record_file: Path, tmp_path: Path
+) -> None:
+    args = [
+        arg.replace("{records}", str(record_file)).replace("{tmp}", str(tmp_path))
+        for arg in BROKER_COMMANDS[command]
+    ]
+    completed, elapsed = _run(*args, "--pulsar-url", CLOSED_PORT_URL, "--connect-timeout", "2")
+    assert completed.returncode == 3, completed.stderr
+    line = _error_line(completed.stderr, command)
+    assert CLOSED_PORT_URL in line and "check that the broker runs" in line
+    assert elapsed < 15
+    # The client's own log lines go to stderr, never among the command's output.
+    assert completed.stdout == ""
+
+
+def test_unreachable_broker_gives_up_within_the_default_10_s(record_file: Path) -> None:
+    completed, elapsed = _run("publish", str(record_file), "--pulsar-url", CLOSED_PORT_URL)
+    assert completed.returncode == 3, completed.stderr
+    assert CLOSED_PORT_URL in _error_line(completed.stderr, "publish")
+    assert 9 < elapsed < 15
+    assert completed.stdout == ""
+    assert "Connection refused" in completed.stderr  # the client's log, on stderr
+
+
+def test_profile_publish_to_an_unreachable_broker(tmp_path: Path) -> None:
+    (tmp_path / "test_tiny.py").write_text("def test_one():\n    assert sum(range(9)) == 36\n")
+    completed, _elapsed = _run(
+        *("profile", "--publish", "--repeats", "1", "--warmup", "0"),
+        *("--pulsar-url", CLOSED_PORT_URL, "--connect-timeout", "2"),
+        *("-o", str(tmp_path / "inputs.json"), "--", str(tmp_path / "test_tiny.py"), "-q"),
+        timeout=120,
+    )
+    assert completed.returncode == 3, completed.stderr
+    assert CLOSED_PORT_URL in _error_line(completed.stderr, "profile")
+    assert "ClientConnection" not in completed.stdout
+
+
+def test_client_log_level_is_the_users_choice(record_file: Path) -> None:
+    unreachable = ("publish", str(record_file), "--pulsar-url", CLOSED_PORT_URL)
+    default, _ = _run(*unreachable, "--connect-timeout", "1")
+    chosen, _ = _run(*unreachable, "--connect-timeout", "1", "--pulsar-log-level", "debug")
+    assert default.returncode == chosen.returncode == 3
+    assert " ERROR [" in default.stderr and " DEBUG [" not in default.stderr
+    assert " DEBUG [" in chosen.stderr
+    assert default.stdout == chosen.stdout == ""
+
+
+def test_client_log_lines_and_messages_share_a_redirected_stderr(
+    record_file: Path, tmp_path: Path
+) -> None:
+    """Both append: neither overwrites the other's lines in a file opened by `2> file`."""
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr:
+        subprocess.run(
+            [*PERFWATCH, "publish", str(record_file), "--pulsar-url", CLOSED_PORT_URL,
+             "--connect-timeout", "1"],
+            stderr=stderr, stdout=subprocess.DEVNULL, timeout=60, check=False,
+        )  # fmt: skip
+    lines = log.read_text().splitlines()
+    assert any("Connection refused" in line for line in lines)
+    assert lines[-1].startswith(f"perfwatch publish: error: Pulsar broker {CLOSED_PORT_URL}")
+
+
+def _config(directory: Path, broker_section: str) -> Path:
+    path = directory / "perfwatch.toml"
+    path.write_text(f"[broker]\n{broker_section}\n")
+    return path
+
+
+def test_connect_timeout_comes_from_the_config_file(record_file: Path) -> None:
+    config = _config(record_file.parent, "connect_timeout = 1.5")
+    completed, elapsed = _run(
+        "publish", str(record_file), "--pulsar-url", CLOSED_PORT_URL, "--config", str(config)
+    )
+    assert completed.returncode == 3
+    assert "no answer within 1.5 s" in completed.stderr
+    assert elapsed < 8
+
+
+def test_unreachable_postgresql_store_is_exit_status_3() -> None:
+    store = "postgresql://perfwatch@127.0.0.1:1/perfwatch"
+    result = _invoke("dashboard", "--port", "0", "--no-follow-topic", "--store", store)
+    assert result.exit_code == 3, result.output
+    line = _error_line(result.stderr, "dashboard")
+    assert "state store unavailable" in line and "127.0.0.1" in line
+
+
+def test_malformed_broker_url_is_bad_input(record_file: Path) -> None:
+    result = _invoke("publish", str(record_file), "--pulsar-url", "http://broker:8080")
+    assert result.exit_code == 2
+    assert "expected pulsar://host:port" in _error_line(result.stderr, "publish")
+
+
+# --- Ctrl-C: exit status 130, no traceback ---------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["publish", "watch", "serve"])
+def test_ctrl_c_while_the_broker_does_not_answer(
+    command: str, record_file: Path, tmp_path: Path
+) -> None:
+    args = [
+        arg.replace("{records}", str(record_file)).replace("{tmp}", str(tmp_path))
+        for arg in BROKER_COMMANDS[command]
+    ]
+    process = subprocess.Popen(
+        [*PERFWATCH, *args, "--pulsar-url", CLOSED_PORT_URL, "--connect-timeout", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.5)  # well into the connection attempts
+    process.send_signal(signal.SIGINT)
+    began = time.monotonic()
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == 130, stderr
+    assert time.monotonic() - began < 5
+    assert "Traceback" not in stderr
+    assert stdout == ""
+
+
+def test_ctrl_c_stops_a_running_command_cleanly(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [*PERFWATCH, "dev", "embedded", "--data-dir", str(tmp_path / "broker")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith("service URL: pulsar://127.0.0.1:")
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+
+
+# --- a port already in use: exit status 2 ----------------------------------------------------
+
+
+def test_dashboard_port_in_use(busy_port: int, tmp_path: Path) -> None:
+    result = _invoke(
+        *("dashboard", "--port", str(busy_port), "--store", f"sqlite:///{tmp_path / 's.db'}")
+    )
+    assert result.exit_code == 2
+    line = _error_line(result.stderr, "dashboard")
+    assert f"port {busy_port} on 127.0.0.1 is already in use" in line and "--port" in line
+
+
+def test_serve_metrics_port_in_use(busy_port: int, tmp_path: Path) -> None:
+    result = _invoke(
+        *("serve", "--metrics-port", str(busy_port), "--pulsar-url", CLOSED_PORT_URL),
+        *("--store", f"sqlite:///{tmp_path / 's.db'}"),
+    )
+    assert result.exit_code == 2
+    line = _error_line(result.stderr, "serve")
+    assert f"port {busy_port} on 127.0.0.1 is already in use" in line and "--metrics-port" in line
+
+
+# --- analyze given another format ------------------------------------------------------------
+
+
+TOOL_REPORTS = {
+    "pytest-benchmark": {"benchmarks": [], "machine_info": {}},
+    "Google Benchmark": {"benchmarks": [], "context": {}},
+    "hyperfine": {"results": [{"command": "sleep 0.1", "mean": 0.1}]},
+}
+
+
+@pytest.mark.parametrize("tool", sorted(TOOL_REPORTS))
+def test_analyze_names_a_tool_report_and_what_to_do(tool: str, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    report.write_bytes(orjson.dumps(TOOL_REPORTS[tool]))
+    result = _invoke("analyze", str(report))
+    assert result.exit_code == 2
+    line = _error_line(result.stderr, "analyze")
+    assert f"this is a {tool} report: it holds one run" in line
+    assert f"perfwatch publish {report}" in line
+
+
+# --- optional dependencies -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", ["starlette", "uvicorn", "jinja2", "plotly"])
+def test_dashboard_without_its_extra(
+    module: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    result = _invoke("dashboard", "--store", f"sqlite:///{tmp_path / 's.db'}")
+    assert result.exit_code == 2
+    line = _error_line(result.stderr, "dashboard")
+    assert f"needs the optional dependency {module}: pip install 'perfwatch[dashboard]'" in line
+
+
+def test_postgresql_store_without_psycopg(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.delitem(sys.modules, "perfwatch.store.postgres", raising=False)
+    result = _invoke("dashboard", "--port", "0", "--store", "postgresql://db/perfwatch")
+    assert result.exit_code == 2
+    line = _error_line(result.stderr, "dashboard")
+    assert "needs the optional dependency psycopg: pip install 'perfwatch[postgres]'" in line
+
+
+def test_recommend_plot_without_matplotlib(
+    profile_file: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = _invoke("recommend", "--baseline", str(profile_file), "--plot", str(tmp_path / "p"))
+    assert result.exit_code == 2, result.output
+    line = _error_line(result.stderr, "recommend")
+    assert "needs the optional dependency matplotlib: pip install 'perfwatch[plot]'" in line
+
+
+# --- one vocabulary --------------------------------------------------------------------------
+
+
+def _commands() -> Iterator[tuple[str, click.Command]]:
+    def walk(command: click.Command, path: str) -> Iterator[tuple[str, click.Command]]:
+        yield path, command
+        if isinstance(command, click.Group):
+            for name in command.list_commands(click.Context(command)):
+                sub = command.get_command(click.Context(command), name)
+                assert sub is not None
+                yield from walk(sub, f"{path} {name}".strip())
+
+    yield from walk(main, "")
+
+
+def _options(command: click.Command) -> dict[str, click.Option]:
+    return {
+        name: param
+        for param in command.params
+        if isinstance(param, click.Option)
+        for name in param.opts
+        if name.startswith("--")
+    }
+
+
+def test_every_option_has_help() -> None:
+    missing = [
+        f"perfwatch {path} {name}"
+        for path, command in _commands()
+        for name, option in _options(command).items()
+        if not (option.help or "").strip()
+    ]
+    assert missing == []
+
+
+def test_every_command_talking_to_pulsar_has_the_same_broker_options() -> None:
+    commands = dict(_commands())
+    for name in PULSAR_COMMANDS:
+        assert set(_options(commands[name])) >= BROKER_OPTIONS, name
+    # ... and nothing else offers them: a flag that would be ignored
+    for path, command in commands.items():
+        if path not in PULSAR_COMMANDS:
+            assert not BROKER_OPTIONS & set(_options(command)), path
+
+
+def test_a_shared_option_means_the_same_in_every_command() -> None:
+    seen: dict[str, tuple[str, str | None, object]] = {}
+    for path, command in _commands():
+        for name, option in _options(command).items():
+            if name not in SHARED_OPTIONS:
+                continue
+            described = (option.help, option.type.to_info_dict(), option.show_default)
+            if name in seen:
+                assert described == seen[name][1:], f"{name}: {path} vs {seen[name][0]}"
+            else:
+                seen[name] = (path, *described)
+    assert set(seen) == SHARED_OPTIONS
+
+
+def test_topic_options_follow_one_scheme() -> None:
+    for path, command in _commands():
+        names = set(_options(command))
+        assert "--topic" not in names, path
+        if "--dead-letter-topic" in names:
+            assert path == "serve", "only records that cannot be processed are dead-lettered"
+
+
+def test_log_levels_are_the_configs() -> None:
+    assert options.LOG_LEVELS == LOG_LEVELS
+
+
+def test_defaults_are_shown() -> None:
+    result = _invoke("publish", "--help")
+    shown = " ".join(result.output.split())
+    assert "[default: (broker.connect_timeout in the config, else 10); x>0]" in shown

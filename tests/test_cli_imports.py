@@ -56,7 +56,11 @@ def loaded(modules: set[str], packages: tuple[str, ...]) -> list[str]:
 
 def test_group_help_imports_no_command_module_and_no_numpy(tmp_path: Path) -> None:
     modules = modules_after(tmp_path, "--help")
-    assert {m for m in modules if m.startswith("perfwatch.cli.")} == {"perfwatch.cli.main"}
+    # the group and its error convention, no command
+    assert {m for m in modules if m.startswith("perfwatch.cli.")} == {
+        "perfwatch.cli.main",
+        "perfwatch.cli.errors",
+    }
     assert loaded(modules, (*NOT_FOR_HELP, "numpy")) == []
 
 

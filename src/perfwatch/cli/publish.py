@@ -20,6 +20,7 @@ from perfwatch.publishers.identity import (
     Identity,
     complete_record,
     environment_identity,
+    record_label,
 )
 from perfwatch.records import dumps, format_rfc3339, parse_rfc3339, validate_record
 
@@ -45,8 +46,6 @@ def prepare_file(
     fallback_timestamp: str,
 ) -> tuple[list[tuple[dict[str, Any], str]], list[str]]:
     """Complete and validate every record of a file: (records with labels, problems)."""
-    from perfwatch.publishers.publisher import record_label
-
     if input_file.names_benchmarks and explicit.test is not None:
         test_prefix, explicit = explicit.test, replace(explicit, test=None)
     else:

@@ -306,9 +306,10 @@ def test_compose_perfwatch_services_become_healthy_and_work_together(
     environment["XDG_DATA_HOME"] = str(tmp_path / "data")
     embedded_dir = tmp_path / "broker"
     ports = {"9464": free_port(), "8050": free_port()}
-    executable = shutil.which("perfwatch")
-    assert executable is not None, "perfwatch is not installed (pip install -e .)"
-    perfwatch = [executable]
+    # the command installed beside this interpreter, on PATH or not
+    executable = Path(sys.executable).with_name("perfwatch")
+    assert executable.exists(), "perfwatch is not installed (pip install -e .)"
+    perfwatch = [str(executable)]
 
     for name in ("perfwatch", "dashboard"):
         service = services[name]

@@ -92,7 +92,7 @@ class _GreedyCommand(click.Command):
 @click.option(
     "--literal",
     is_flag=True,
-    help="The seed's steps with every deviation turned off (for comparison).",
+    help="Shang et al.'s steps read literally, every deviation turned off (for comparison).",
 )
 def compare(
     baseline_files: tuple[str, ...],

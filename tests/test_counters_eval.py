@@ -1,6 +1,6 @@
-"""The seed-style evaluation (benchmarks/eval_counters.py) holds its bar: every injected
+"""The Shang et al.-style evaluation (benchmarks/eval_counters.py) holds its bar: every injected
 regression flagged, no good run flagged, good and regression runs separated, and the
-traditional approaches fail where the seed says they do. The whole evaluation runs in
+traditional approaches fail where the paper says they do. The whole evaluation runs in
 well under a minute, so the test runs it as it is."""
 
 from __future__ import annotations
@@ -58,6 +58,6 @@ def test_the_traditional_approaches_fail(evaluation: dict) -> None:
     # a test on every counter flags every good run
     good = [row["run"] for row in evaluation["rows"] if row["kind"] != "regression"]
     assert summary["per-counter KS"]["false_alarms"] == good
-    # the seed's steps read literally cannot tell good runs from regressions
+    # the paper's steps read literally cannot tell good runs from regressions
     literal = summary["seed literal"]
     assert literal["separation"] < 0 or literal["missed_at_30%"] or literal["false_alarms_at_30%"]

@@ -73,7 +73,7 @@ def _ols_r2(values: np.ndarray, column: int, others: list[int]) -> float:
 
 
 def _naive_redundancy(values: np.ndarray, threshold: float) -> list[tuple[int, float]]:
-    """The seed's loop literally: refit every counter on the others after each removal."""
+    """Shang et al.'s loop literally: refit every counter on the others after each removal."""
     present = list(range(values.shape[1]))
     removed = []
     while len(present) > 1:

@@ -1,4 +1,4 @@
-"""The seed's Algorithms 1 and 2 and the recommendation, on hand-made cases."""
+"""Algorithms 1 and 2 of Javed et al. and the recommendation, on hand-made cases."""
 
 from __future__ import annotations
 

@@ -304,7 +304,7 @@ class ChangePointEvidence:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ChangePointEvidence:
-        values = {name: doc.get(name) for name in _EVIDENCE_FIELDS}
+        values: dict[str, Any] = {name: doc.get(name) for name in _EVIDENCE_FIELDS}
         values["time"] = parse_rfc3339(doc["time"])
         return cls(**values)
 
@@ -636,7 +636,7 @@ def _cut_counter_arrays(
     if not long_arrays:
         return doc, {}
     firsts = {key: items[:1] for key, items in long_arrays.items()}
-    rests = {key: items[1:] for key, items in long_arrays.items()}
+    rests: dict[str, list[Any]] = {key: items[1:] for key, items in long_arrays.items()}
     return {**doc, "counters": {**counters, **firsts}}, rests
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pulsar  # type: ignore[import-untyped]
+import pulsar
 
 from perfwatch.config import Config
 from perfwatch.processor.handlers import RecordHandler

@@ -122,7 +122,8 @@ def analyze(
 
     directions = _parse_directions(direction_flags)
     metrics = {name.strip() for text in metric_lists for name in text.split(",") if name.strip()}
-    settings = {
+    # each value is already of its parameter's type: click converted and checked it
+    settings: dict[str, Any] = {
         "window_len": window,
         "max_pvalue": max_pvalue,
         "min_magnitude": min_magnitude,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -92,7 +92,7 @@ class _GreedyCommand(click.Command):
 @click.option(
     "--literal",
     is_flag=True,
-    help="The seed's steps with every deviation turned off (for comparison).",
+    help="Shang et al.'s steps read literally, every deviation turned off (for comparison).",
 )
 def compare(
     baseline_files: tuple[str, ...],
@@ -121,7 +121,8 @@ def compare(
         calibration = _runs(calibrate_files) if calibrate_files else []
         if calibrate_files and len(calibration) < 2:
             raise click.UsageError("--calibrate needs at least two good runs")
-        given = {
+        # each value is already of its parameter's type: click converted and checked it
+        given: dict[str, Any] = {
             "threshold": threshold,
             "redundancy_r2": redundancy_r2,
             "distance": distance,

@@ -42,8 +42,8 @@ def describe_verdict(document: dict[str, Any]) -> str:
     label = _KIND_LABELS.get(document["kind"], document["kind"])
     current = document.get("change_point")
     previous = document.get("previous")
-    if current is None:
-        return f"{label} {name}: the change at {previous['run_id']} no longer stands"
+    if current is None:  # a retraction, which carries only the previous change point
+        return f"{label} {name}: the change at {document['previous']['run_id']} no longer stands"
     text = (
         f"{label} {name}: {current['forward_change_percent']:+.1f}% {current['direction']} "
         f"at {current['run_id']} ({current['time'][:10]}, commit {current['commit']}, "

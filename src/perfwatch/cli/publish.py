@@ -50,7 +50,8 @@ def prepare_file(
         test_prefix, explicit = explicit.test, replace(explicit, test=None)
     else:
         test_prefix = None
-    prepared, problems = [], []
+    prepared: list[tuple[dict[str, Any], str]] = []
+    problems: list[str] = []
     for located in input_file.records:
         record = complete_record(
             located.record,

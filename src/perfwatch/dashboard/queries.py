@@ -230,7 +230,7 @@ def pick_metric(metrics: Iterable[str], globs: Sequence[str]) -> str | None:
 def resources_over_commits(
     store: StateStore, time_metric: str | None = None, memory_metric: str | None = None
 ) -> dict[str, Any]:
-    """Per-test execution time and memory over commits (the seed's dashboard panels).
+    """Per-test execution time and memory over commits (the dashboard's Time & memory view).
 
     Without explicit metrics, the first time-like and memory-like metric names
     are used. Each test contributes one line per metric: its runs in time order,

@@ -26,11 +26,11 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.base import BaseEstimator  # type: ignore[import-untyped]
-from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans  # type: ignore[import-untyped]
-from sklearn.metrics import silhouette_score  # type: ignore[import-untyped]
-from sklearn.mixture import GaussianMixture  # type: ignore[import-untyped]
-from sklearn.neighbors import NearestNeighbors  # type: ignore[import-untyped]
+from sklearn.base import BaseEstimator
+from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans
+from sklearn.metrics import silhouette_score
+from sklearn.mixture import GaussianMixture
+from sklearn.neighbors import NearestNeighbors
 
 from perfwatch.detectors.input_attributes import (
     ATTRIBUTES,

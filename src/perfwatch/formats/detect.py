@@ -126,9 +126,9 @@ def records_from_series(series_list: list[MetricSeries]) -> list[LocatedRecord]:
         seen: set[tuple[Any, ...]] = set()
         for index, moment in enumerate(series.times):
             attributes = {
-                name: values[index]
+                name: label
                 for name, values in series.attributes.items()
-                if values[index] is not None
+                if (label := values[index]) is not None
             }
             key = (
                 moment,

@@ -78,7 +78,7 @@ def _array_element_starts(text: str) -> list[tuple[int, int]]:
     """Line and column where each element of a top-level JSON array begins. Runs only on
     text that already parsed, so it need not handle bad JSON."""
     decoder = json.JSONDecoder()
-    starts = []
+    starts: list[tuple[int, int]] = []
     position = text.index("[") + 1
     line, line_start = text.count("\n", 0, position) + 1, text.rfind("\n", 0, position) + 1
     while True:

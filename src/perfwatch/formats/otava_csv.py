@@ -143,7 +143,7 @@ def read_otava_csv(
         labels = [cell.strip() or None for cell in columns[index]]
         return labels if order_or_none is None else [labels[i] for i in order_or_none]
 
-    identity = {
+    identity: dict[str, list[str | None]] = {
         name: in_run_order(lowered.index(name)) if name in lowered else [None] * len(times)
         for name in IDENTITY_COLUMNS
     }

@@ -9,7 +9,7 @@ points it now reports against the ones last published.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -261,7 +261,13 @@ class ChangePointHandler:
             else:
                 (point,) = tx.points(series.series_id, cp.index, cp.index + 1)
                 run_id, commit = point.run_id, point.commit
-                when = parse_rfc3339(point.time) if point.time else None
+                # a point stored without its timestamp text (the column is nullable) falls
+                # back to its epoch timestamp: the evidence's time is required
+                when = (
+                    parse_rfc3339(point.time)
+                    if point.time
+                    else datetime.fromtimestamp(point.timestamp, tz=UTC)
+                )
             evidence.append(
                 ChangePointEvidence(
                     index=cp.index,

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import orjson
 
@@ -60,8 +60,8 @@ CLUSTERING_NAMESPACE = "input-clustering"
 # Written first by every full-suite record of a key: the row lock it takes (PostgreSQL)
 # makes two processors apply full-suite records of one test one after the other.
 BASELINE_LOCK_NAMESPACE = "input-baseline-lock"
-RECOMMENDATION_KIND = "recommendation"
-TIME_ATTRIBUTE = "cpu_time_s"
+RECOMMENDATION_KIND: Final = "recommendation"
+TIME_ATTRIBUTE: Final = "cpu_time_s"
 # Clusterings kept between records (LRU), valid while the stored revision is unchanged.
 MAX_CACHED_CLUSTERINGS = 64
 

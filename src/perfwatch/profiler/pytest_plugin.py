@@ -191,7 +191,10 @@ def _with_size(profile: Any, item: pytest.Function) -> Any:
 
     from perfwatch.profiler.core import input_size
 
-    reported = [value for name, value in item.user_properties if name == INPUT_SIZE_PROPERTY]
+    # whatever the test recorded (a number, or text of one): float() rejects anything else
+    reported: list[Any] = [
+        value for name, value in item.user_properties if name == INPUT_SIZE_PROPERTY
+    ]
     if reported:
         return replace(profile, size=float(reported[-1]))
     callspec = getattr(item, "callspec", None)

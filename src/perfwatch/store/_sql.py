@@ -293,7 +293,7 @@ class SqlTransaction(StoreTransaction):
         if not series_ids:
             return {}
         self.write_series()  # a state saved earlier in this transaction is read back
-        states = {}
+        states: dict[int, bytes] = {}
         for chunk in self._chunks(series_ids, 1):
             marks = ", ".join("?" for _ in chunk)
             rows = self.execute(

@@ -77,4 +77,4 @@ def _redacted(url: str) -> str:
     info = psycopg.conninfo.conninfo_to_dict(url)
     if "password" in info:
         info["password"] = "***"
-    return psycopg.conninfo.make_conninfo(**info)
+    return psycopg.conninfo.make_conninfo("", **info)

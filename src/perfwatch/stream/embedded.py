@@ -245,7 +245,7 @@ class EmbeddedBroker(ChildProcessBroker):
     def _wait_until_ready(self) -> None:
         assert self._process is not None and self.port is not None
         deadline = time.monotonic() + self.startup_timeout
-        problem = "not started"
+        problem: str | None = "not started"
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise EmbeddedBrokerError(

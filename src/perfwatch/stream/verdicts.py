@@ -27,15 +27,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import orjson
 
 from perfwatch.records import ChangePointEvidence, SeriesRef, Verdict
 
-DETECTED = "change_point.detected"
-UPDATED = "change_point.updated"
-RETRACTED = "change_point.retracted"
+DETECTED: Final = "change_point.detected"
+UPDATED: Final = "change_point.updated"
+RETRACTED: Final = "change_point.retracted"
 ChangeKind = Literal["change_point.detected", "change_point.updated", "change_point.retracted"]
 
 _SIGNIFICANT_DIGITS = 6  # evidence is rounded so the id survives float formatting noise

@@ -30,9 +30,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pulsar
 
-from perfwatch.publishers.publisher import Publisher
-from perfwatch.records import dumps, format_rfc3339
-from perfwatch.stream.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.adapters.publisher import Publisher
+from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.contract.records import dumps, format_rfc3339
 
 
 def make_records(count: int, tests: int, seed: int) -> list[dict]:

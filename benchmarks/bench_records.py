@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from perfwatch import records
-from perfwatch.records import (
+from perfwatch.contract import records
+from perfwatch.contract.records import (
     Record,
     Verdict,
     format_rfc3339,

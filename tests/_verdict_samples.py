@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from perfwatch.records import (
+from perfwatch.contract.records import (
     ChangePointEvidence,
     SeriesRef,
     Verdict,

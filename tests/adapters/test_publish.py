@@ -15,10 +15,10 @@ from click.testing import CliRunner, Result
 
 import _tool_reports
 from perfwatch import Publisher
+from perfwatch.adapters.publisher import PublishError
+from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
 from perfwatch.cli.main import main
-from perfwatch.publishers.publisher import PublishError
-from perfwatch.records import RecordError, format_rfc3339
-from perfwatch.stream.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.contract.records import RecordError, format_rfc3339
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
 LOWER = "lower_is_better"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfwatch.publishers.identity import (
+from perfwatch.adapters.identity import (
     Identity,
     ci_identity,
     complete_record,
@@ -15,7 +15,7 @@ from perfwatch.publishers.identity import (
     environment_identity,
     git_identity,
 )
-from perfwatch.records import validate_record
+from perfwatch.contract.records import validate_record
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

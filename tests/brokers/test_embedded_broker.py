@@ -23,7 +23,7 @@ import pulsar
 import pytest
 
 from _pulsar_helpers import IDLE_MS, drain, drain_concurrently, numbers
-from perfwatch.stream.brokers import (
+from perfwatch.brokers.brokers import (
     BrokerCapabilityError,
     BrokerHandle,
     ensure_partitioned_topic,
@@ -31,7 +31,7 @@ from perfwatch.stream.brokers import (
     make_client,
     open_broker,
 )
-from perfwatch.stream.embedded import (
+from perfwatch.brokers.embedded import (
     CONFIG_NAME,
     PID_NAME,
     EmbeddedBroker,
@@ -326,8 +326,8 @@ def test_broker_orphaned_by_a_killed_parent_is_ended_on_next_start(
     data_dir = tmp_path / "broker"
     parent_script = (
         "import sys, time\n"
-        "from perfwatch.stream.embedded import EmbeddedBroker\n"
-        "from perfwatch.stream.brokers import make_client\n"
+        "from perfwatch.brokers.embedded import EmbeddedBroker\n"
+        "from perfwatch.brokers.brokers import make_client\n"
         "broker = EmbeddedBroker(sys.argv[1]).start()\n"
         "client = make_client(broker.service_url)\n"
         "client.create_producer('kept').send(b'before')\n"

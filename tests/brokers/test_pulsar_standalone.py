@@ -18,8 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from _pulsar_helpers import drain, drain_concurrently, numbers
-from perfwatch.cli.main import main
-from perfwatch.stream.brokers import (
+from perfwatch.brokers.brokers import (
     BrokerError,
     BrokerHandle,
     ensure_partitioned_topic,
@@ -28,13 +27,14 @@ from perfwatch.stream.brokers import (
     make_client,
     readiness_problem,
 )
-from perfwatch.stream.standalone import (
+from perfwatch.brokers.standalone import (
     PulsarStandalone,
     StandaloneError,
     fetch_jars,
     jars_ready,
     render_config,
 )
+from perfwatch.cli.main import main
 
 Topic = Callable[[str], str]
 
@@ -101,7 +101,7 @@ def test_busy_port_is_named_before_starting(unusable_lib: Path, tmp_path: Path) 
 def test_a_flapping_bookie_registration_is_recognised_after_the_offset(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("perfwatch.stream.standalone.FLAP_CHECK_S", 0.0)
+    monkeypatch.setattr("perfwatch.brokers.standalone.FLAP_CHECK_S", 0.0)
     standalone = PulsarStandalone(data_dir=tmp_path)
     standalone._prepare_run_dir()
     standalone.log_file.parent.mkdir(parents=True)

@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 from otava_reference import OtavaReference
 from perfwatch.cli.main import main
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NIGHTLY_CSV = EXAMPLES / "nightly.csv"
 NIGHTLY_JSONL = EXAMPLES / "nightly.jsonl"
 DIRECTIONS = [

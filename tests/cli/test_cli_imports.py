@@ -16,7 +16,7 @@ import pytest
 
 from perfwatch.cli.main import COMMANDS
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 # Never needed by the offline commands, nor by any help text.
 HEAVY = ("statsmodels", "sklearn", "scipy.stats", "plotly", "starlette", "psycopg", "pulsar")

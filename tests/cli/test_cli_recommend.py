@@ -20,15 +20,15 @@ import pytest
 from click.testing import CliRunner
 
 from perfwatch.cli.main import main
+from perfwatch.contract.records import InputProfile
 from perfwatch.detectors.inputs import InputClustering, input_table
-from perfwatch.formats.input_profile import (
+from perfwatch.readers.input_profile import (
     InputProfileFile,
     read_input_profile,
     write_input_profile,
 )
-from perfwatch.records import InputProfile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # The evaluation's suite: a smaller one draws another sample, whose votes can sit at the
 # limit (docs/run-or-skip.md §5).
 INPUTS = 300
@@ -216,9 +216,9 @@ def test_profile_runs_the_suite_through_the_plugin(tmp_path: Path) -> None:
 
 
 def test_published_profiles_form_a_valid_record() -> None:
+    from perfwatch.adapters.identity import Identity, complete_record
     from perfwatch.cli.profile import profile_record
-    from perfwatch.publishers.identity import Identity, complete_record
-    from perfwatch.records import Record, validate_record
+    from perfwatch.contract.records import Record, validate_record
 
     profiles = [
         InputProfile("a", 10.0, 0.002, 0.001, 100, 50, 3, 4, 5),

@@ -14,17 +14,17 @@ import pytest
 from click.testing import CliRunner
 
 from _verdict_samples import verdict
-from perfwatch.cli.main import main
-from perfwatch.publishers.verdict_feed import summary_fields
-from perfwatch.publishers.webhook import (
+from perfwatch.adapters.verdict_feed import summary_fields
+from perfwatch.adapters.webhook import (
     TemplateError,
     WebhookSender,
     check_template,
     forward_verdicts,
     slack_payload,
 )
-from perfwatch.records import dumps
-from perfwatch.stream.brokers import BrokerHandle, make_client
+from perfwatch.brokers.brokers import BrokerHandle, make_client
+from perfwatch.cli.main import main
+from perfwatch.contract.records import dumps
 
 REFUSAL = "failing on purpose"
 

@@ -17,16 +17,16 @@ import pytest
 from click.testing import CliRunner
 
 from _verdict_samples import COMMIT, EMITTED_AT, verdict
-from perfwatch.cli.main import main
-from perfwatch.publishers.verdict_feed import (
+from perfwatch.adapters.verdict_feed import (
     SeenVerdicts,
     VerdictFilter,
     is_regression,
     parse_since,
     verdict_line,
 )
-from perfwatch.records import dumps, format_rfc3339
-from perfwatch.stream.brokers import BrokerHandle, admin_request, make_client
+from perfwatch.brokers.brokers import BrokerHandle, admin_request, make_client
+from perfwatch.cli.main import main
+from perfwatch.contract.records import dumps, format_rfc3339
 
 PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"]
 

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from perfwatch import records
-from perfwatch.records import (
+from perfwatch.contract import records
+from perfwatch.contract.records import (
     ChangePointEvidence,
     ErrorKind,
     MetricValue,

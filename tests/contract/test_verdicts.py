@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from perfwatch.records import ChangePointEvidence, SeriesRef, dumps, validate_verdict
-from perfwatch.stream.verdicts import (
+from perfwatch.contract.records import ChangePointEvidence, SeriesRef, dumps, validate_verdict
+from perfwatch.contract.verdicts import (
     DETECTED,
     RETRACTED,
     UPDATED,

@@ -19,13 +19,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from perfwatch.config import Config
-from perfwatch.dashboard import figures, queries
-from perfwatch.dashboard.app import DashboardSettings, create_app, plotly_js_path
-from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
-from perfwatch.detectors.inputs import InputClustering, RunOrSkipRecommender, input_table
-from perfwatch.processor.changepoints import ChangePointHandler
-from perfwatch.processor.handlers import baseline_key
-from perfwatch.records import (
+from perfwatch.contract.records import (
     InputProfile,
     MetricValue,
     Record,
@@ -34,7 +28,13 @@ from perfwatch.records import (
     dumps,
     validate_verdict,
 )
-from perfwatch.store import SeriesKey, StateStore, open_store
+from perfwatch.dashboard import figures, queries
+from perfwatch.dashboard.app import DashboardSettings, create_app, plotly_js_path
+from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
+from perfwatch.detectors.inputs import InputClustering, RunOrSkipRecommender, input_table
+from perfwatch.processor.changepoints import ChangePointHandler
+from perfwatch.processor.handlers import baseline_key
+from perfwatch.state import SeriesKey, StateStore, open_store
 
 T0 = datetime(2024, 3, 1, 2, 0, tzinfo=UTC)
 RUNS = 80

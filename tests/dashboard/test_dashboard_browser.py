@@ -30,18 +30,18 @@ import orjson
 import pytest
 import uvicorn
 
+from perfwatch.adapters.publisher import Publisher
 from perfwatch.adapters.pulsar import pulsar_processor
+from perfwatch.brokers.brokers import BrokerHandle, make_client
 from perfwatch.config import Config, ConsumerConfig, StoreConfig, TopicsConfig
 from perfwatch.dashboard import queries
 from perfwatch.dashboard.app import DashboardSettings, create_app
 from perfwatch.dashboard.live import TopicSettings
-from perfwatch.publishers.publisher import Publisher
-from perfwatch.store import SeriesKey, open_store
-from perfwatch.stream.brokers import BrokerHandle, make_client
+from perfwatch.state import SeriesKey, open_store
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 NIGHTLY = ROOT / "examples" / "nightly.jsonl"
 CHROMIUM = os.environ.get("PERFWATCH_TEST_CHROMIUM", "/usr/bin/chromium")

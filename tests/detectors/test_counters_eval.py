@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_counters.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "eval_counters.py"
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from _series_gen import corpus, make_series
 from otava_reference import OtavaReference
 from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
 
-DATA = Path(__file__).parent / "data" / "otava_examples.json"
+DATA = Path(__file__).parents[1] / "data" / "otava_examples.json"
 
 Found = list[tuple[int, float, float, float, float, float]]
 

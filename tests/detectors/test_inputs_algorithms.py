@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from perfwatch.contract.records import InputProfile
 from perfwatch.detectors.inputs import (
     Decision,
     InputClustering,
@@ -13,7 +14,6 @@ from perfwatch.detectors.inputs import (
     input_table,
     time_threshold,
 )
-from perfwatch.records import InputProfile
 
 # One cluster: statements -> baseline times (two inputs share 200 statements).
 STATEMENTS = [100, 200, 200, 400]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from perfwatch.contract.records import InputProfile
 from perfwatch.detectors.inputs import (
     CLUSTER_ATTRIBUTES,
     NOISE,
@@ -14,7 +15,6 @@ from perfwatch.detectors.inputs import (
     knee_index,
     sample_inputs,
 )
-from perfwatch.records import InputProfile
 
 CENTRES = {"small": 1_000, "medium": 5_000, "large": 12_000}
 

@@ -38,18 +38,18 @@ from _processor_support import (
     without_empty,
 )
 from _verdict_samples import EMITTED_AT, evidence
-from perfwatch.processor.changepoints import ChangePointHandler
-from perfwatch.processor.observability import ProcessorMetrics, configure_logging
-from perfwatch.records import (
+from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.contract.records import (
     Record,
     SeriesRef,
     Verdict,
     dumps,
     validate_verdict,
 )
-from perfwatch.store import StateStore, StoreTransaction, open_store
-from perfwatch.stream.brokers import BrokerHandle, make_client, open_broker
-from perfwatch.stream.verdicts import DETECTED, BeliefChange, make_verdict
+from perfwatch.contract.verdicts import DETECTED, BeliefChange, make_verdict
+from perfwatch.processor.changepoints import ChangePointHandler
+from perfwatch.processor.observability import ProcessorMetrics, configure_logging
+from perfwatch.state import StateStore, StoreTransaction, open_store
 
 TIMEOUT = 120.0
 

@@ -37,8 +37,8 @@ from _processor_support import (
     without_empty,
 )
 from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication
-from perfwatch.store import StateStore, open_store
-from perfwatch.stream.brokers import BrokerHandle, admin_request, make_client, open_broker
+from perfwatch.brokers.brokers import BrokerHandle, admin_request, make_client, open_broker
+from perfwatch.state import StateStore, open_store
 
 TIMEOUT = 300.0
 pytestmark = pytest.mark.slow  # each starts processes or brokers: tens of seconds
@@ -148,7 +148,7 @@ def test_broker_restart_mid_stream(
     pulsar_jars: Path, tmp_path: Path, unique_topic: Callable[[str], str]
 ) -> None:
     """The standalone is killed and started again on the same data folder and ports."""
-    from perfwatch.stream.standalone import PulsarStandalone
+    from perfwatch.brokers.standalone import PulsarStandalone
 
     topics = unique_topics(unique_topic)
     messages, series = history(tests=4, metrics=3, runs=120, seed=33)

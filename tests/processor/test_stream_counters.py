@@ -28,7 +28,18 @@ from _processor_support import (
     unique_topics,
     verdicts_of_twice_published,
 )
+from perfwatch.brokers.brokers import BrokerHandle
 from perfwatch.config import Config, ConfigError, load_config
+from perfwatch.contract.records import (
+    RECORD_SCHEMA,
+    Record,
+    Verdict,
+    dumps,
+    format_rfc3339,
+    parse_record,
+    validate_verdict,
+)
+from perfwatch.contract.verdicts import DETECTED
 from perfwatch.dashboard import figures, queries
 from perfwatch.detectors.counters import CounterRegressionCheck
 from perfwatch.processor import counterchecks
@@ -40,24 +51,13 @@ from perfwatch.processor.counterchecks import (
     CounterCheckHandler,
 )
 from perfwatch.processor.handlers import RecordHandler, baseline_key, build_handlers
-from perfwatch.records import (
-    RECORD_SCHEMA,
-    Record,
-    Verdict,
-    dumps,
-    format_rfc3339,
-    parse_record,
-    validate_verdict,
-)
-from perfwatch.store import StateStore, open_store
-from perfwatch.stream.brokers import BrokerHandle
-from perfwatch.stream.verdicts import DETECTED
+from perfwatch.state import StateStore, open_store
 
 T0 = datetime(2024, 9, 2, 3, 0, tzinfo=UTC)
 TEST = "shop.checkout"
 MAIN = {"branch": "main"}
 TIMEOUT = 120.0
-EVAL_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_counters.py"
+EVAL_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "eval_counters.py"
 
 
 def _load_generator() -> ModuleType:

@@ -33,26 +33,12 @@ from _processor_support import (
     verdict_documents,
     verdicts_of_twice_published,
 )
+from perfwatch.adapters.identity import Identity, complete_record
+from perfwatch.brokers.brokers import BrokerHandle, make_client
 from perfwatch.cli.main import main
 from perfwatch.cli.profile import profile_record
 from perfwatch.config import INPUT_CLUSTERING_METHODS, Config, ConfigError, load_config
-from perfwatch.dashboard import queries
-from perfwatch.detectors.inputs import (
-    METHODS,
-    InputClustering,
-    RunOrSkipRecommender,
-    input_table,
-    sample_inputs,
-)
-from perfwatch.formats.input_profile import InputProfileFile, write_input_profile
-from perfwatch.processor.handlers import baseline_key
-from perfwatch.processor.recommendations import (
-    CLUSTERING_NAMESPACE,
-    INPUT_BASELINE_NAMESPACE,
-    InputsHandler,
-)
-from perfwatch.publishers.identity import Identity, complete_record
-from perfwatch.records import (
+from perfwatch.contract.records import (
     RECORD_SCHEMA,
     InputProfile,
     Record,
@@ -62,10 +48,24 @@ from perfwatch.records import (
     validate_record,
     validate_verdict,
 )
-from perfwatch.store import StateStore, open_store
-from perfwatch.stream.brokers import BrokerHandle, make_client
+from perfwatch.dashboard import queries
+from perfwatch.detectors.inputs import (
+    METHODS,
+    InputClustering,
+    RunOrSkipRecommender,
+    input_table,
+    sample_inputs,
+)
+from perfwatch.processor.handlers import baseline_key
+from perfwatch.processor.recommendations import (
+    CLUSTERING_NAMESPACE,
+    INPUT_BASELINE_NAMESPACE,
+    InputsHandler,
+)
+from perfwatch.readers.input_profile import InputProfileFile, write_input_profile
+from perfwatch.state import StateStore, open_store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2024, 6, 3, 2, 0, tzinfo=UTC)
 MAIN = {"branch": "main"}
 TEST = "uploader.perf"

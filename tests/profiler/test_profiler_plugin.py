@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from perfwatch.formats.input_profile import read_input_profile
+from perfwatch.readers.input_profile import read_input_profile
 
 pytest_plugins = ["pytester"]
 

@@ -15,7 +15,9 @@ import orjson
 import pytest
 
 import _tool_reports
-from perfwatch.formats.detect import (
+from perfwatch.adapters.identity import Identity, complete_record
+from perfwatch.contract.records import format_rfc3339, parse_rfc3339, validate_record
+from perfwatch.readers.detect import (
     GOOGLE_BENCHMARK,
     HYPERFINE,
     OTAVA_CSV,
@@ -24,12 +26,10 @@ from perfwatch.formats.detect import (
     detect_format,
     read_input_file,
 )
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.google_benchmark import records_from_google_benchmark
-from perfwatch.formats.hyperfine import records_from_hyperfine
-from perfwatch.formats.pytest_benchmark import records_from_pytest_benchmark
-from perfwatch.publishers.identity import Identity, complete_record
-from perfwatch.records import format_rfc3339, parse_rfc3339, validate_record
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.google_benchmark import records_from_google_benchmark
+from perfwatch.readers.hyperfine import records_from_hyperfine
+from perfwatch.readers.pytest_benchmark import records_from_pytest_benchmark
 
 LOWER = "lower_is_better"
 HIGHER = "higher_is_better"

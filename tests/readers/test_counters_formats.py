@@ -8,9 +8,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from perfwatch.formats.counter_csv import read_counter_csv, read_counter_runs
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.perfmon_csv import read_perfmon_csv
+from perfwatch.readers.counter_csv import read_counter_csv, read_counter_runs
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.perfmon_csv import read_perfmon_csv
 
 PERFMON = (
     '"(PDH-CSV 4.0) (GMT Standard Time)(0)","\\\\WEB01\\Process(java)\\% Processor Time",'

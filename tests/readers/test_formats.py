@@ -10,11 +10,11 @@ import numpy as np
 import orjson
 import pytest
 
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.jsonl import read_records, records_to_series, write_records
-from perfwatch.formats.otava_csv import read_otava_csv
-from perfwatch.formats.series import MetricSeries, select_points
-from perfwatch.records import MetricValue, Record
+from perfwatch.contract.records import MetricValue, Record
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.jsonl import read_records, records_to_series, write_records
+from perfwatch.readers.otava_csv import read_otava_csv
+from perfwatch.readers.series import MetricSeries, select_points
 
 CSV = """time,commit,version,latency_ms,throughput,host
 2024-01-01T00:00:00Z,aaa1111,1.0,10.5,100,ci-1
@@ -256,7 +256,7 @@ def test_records_become_series_in_time_order(tmp_path: Path) -> None:
 
 
 def test_records_group_by_test_and_select_metrics() -> None:
-    from perfwatch.formats.jsonl import SourcedRecord
+    from perfwatch.readers.jsonl import SourcedRecord
 
     sourced = [
         SourcedRecord(record(i, test=test, a=1.0, b=2.0), "x.jsonl", i)

@@ -7,13 +7,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.input_profile import (
+from perfwatch.contract.records import InputProfile
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.input_profile import (
     InputProfileFile,
     read_input_profile,
     write_input_profile,
 )
-from perfwatch.records import InputProfile
 
 PROFILES = [
     InputProfile("cfg-1", 120.0, 0.002, 0.0019, 4096, 310, 12, 40, 55),

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _processor_support import fresh_postgres_schema
-from perfwatch.store import (
+from perfwatch.state import (
     OutboxEntry,
     Point,
     SeriesKey,
@@ -26,7 +26,7 @@ from perfwatch.store import (
     StoreError,
     open_store,
 )
-from perfwatch.store.sqlite import SqliteStore
+from perfwatch.state.sqlite import SqliteStore
 
 
 @pytest.fixture

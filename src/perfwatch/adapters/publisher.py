@@ -23,8 +23,8 @@ from typing import Any, Self
 
 import pulsar
 
-from perfwatch.publishers.identity import record_label
-from perfwatch.records import RecordError, dumps, validate_record
+from perfwatch.adapters.identity import record_label
+from perfwatch.contract.records import RecordError, dumps, validate_record
 
 DEFAULT_RECORDS_TOPIC = "persistent://public/default/perfwatch-records"
 
@@ -121,7 +121,7 @@ class Publisher:
             return
         try:
             if self._client is None:
-                from perfwatch.stream.brokers import make_client, open_broker
+                from perfwatch.brokers.brokers import make_client, open_broker
 
                 handle = self._resources.enter_context(open_broker(self.pulsar_url))
                 client = make_client(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import click
 
-from perfwatch.records import VerdictKind, parse_rfc3339
+from perfwatch.contract.records import VerdictKind, parse_rfc3339
 
 if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
     import pulsar

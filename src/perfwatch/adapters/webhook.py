@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 import orjson
 
-from perfwatch.publishers.verdict_feed import SeenVerdicts, VerdictFilter, summary_fields
+from perfwatch.adapters.verdict_feed import SeenVerdicts, VerdictFilter, summary_fields
 
 if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
     import pulsar

@@ -1,1 +1,1 @@
-"""stream"""
+"""Broker process management for development and tests (embedded broker, Pulsar standalone)."""

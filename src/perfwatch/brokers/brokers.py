@@ -6,7 +6,7 @@ Every command and test calls `open_broker()`, which yields a `BrokerHandle`:
   process on a loopback port with a persistent data folder (or reused when another
   perfwatch process already runs it on that folder);
 - ``"standalone"``: a real Apache Pulsar standalone from the Maven jars
-  (`perfwatch.stream.standalone`), on free loopback ports and a fresh data folder;
+  (`perfwatch.brokers.standalone`), on free loopback ports and a fresh data folder;
 - ``"container"``: the ``apachepulsar/pulsar`` image through testcontainers (needs a
   Docker engine);
 - ``pulsar://host:port`` or ``pulsar+ssl://...``: an existing cluster; pass
@@ -116,7 +116,7 @@ def open_broker(
 
 
 def _embedded(data_dir: str | Path | None) -> Iterator[BrokerHandle]:
-    from perfwatch.stream.embedded import EmbeddedBroker, find_running_broker
+    from perfwatch.brokers.embedded import EmbeddedBroker, find_running_broker
 
     broker_dir = Path(data_dir) if data_dir is not None else None
     running_url = find_running_broker(broker_dir)
@@ -130,7 +130,7 @@ def _embedded(data_dir: str | Path | None) -> Iterator[BrokerHandle]:
 
 
 def _standalone(data_dir: str | Path | None) -> Iterator[BrokerHandle]:
-    from perfwatch.stream.standalone import PulsarStandalone, fetch_jars
+    from perfwatch.brokers.standalone import PulsarStandalone, fetch_jars
 
     lib_dir = fetch_jars()
     with PulsarStandalone(lib_dir=lib_dir, data_dir=data_dir) as broker:

@@ -34,7 +34,7 @@ from typing import Self
 import pulsar
 from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
-from perfwatch.stream.brokers import (
+from perfwatch.brokers.brokers import (
     BrokerError,
     ChildProcessBroker,
     free_loopback_ports,

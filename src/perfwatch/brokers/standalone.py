@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
-from perfwatch.stream.brokers import (
+from perfwatch.brokers.brokers import (
     LOG_TAIL_LINES,
     BrokerError,
     ChildProcessBroker,

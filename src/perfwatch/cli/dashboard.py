@@ -138,7 +138,7 @@ def dashboard(
 
 def _embedded_locator(embedded_dir: Path | None) -> Any:
     """Finds the embedded broker a `perfwatch serve` runs, at each connection attempt."""
-    from perfwatch.stream.embedded import find_running_broker
+    from perfwatch.brokers.embedded import find_running_broker
 
     def locate() -> str | None:
         return find_running_broker(embedded_dir)

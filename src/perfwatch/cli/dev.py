@@ -17,7 +17,7 @@ from types import FrameType
 
 import click
 
-from perfwatch.stream.brokers import BrokerError, tail
+from perfwatch.brokers.brokers import BrokerError, tail
 
 
 @click.group()
@@ -66,7 +66,7 @@ def pulsar_standalone(
     heap_mb: int,
 ) -> None:
     """Run an Apache Pulsar standalone (broker + bookie) on loopback until Ctrl-C."""
-    from perfwatch.stream.standalone import (
+    from perfwatch.brokers.standalone import (
         PulsarStandalone,
         fetch_jars,
         jars_ready,
@@ -121,7 +121,7 @@ def pulsar_standalone(
 @click.option("--port", type=click.IntRange(1, 65535), help="Broker port [default: a free one].")
 def embedded(data_dir: Path | None, port: int | None) -> None:
     """Run the embedded pulsar-lite broker on loopback until Ctrl-C."""
-    from perfwatch.stream.embedded import EmbeddedBroker
+    from perfwatch.brokers.embedded import EmbeddedBroker
 
     try:
         with EmbeddedBroker(data_dir, port=port) as broker:

@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perfwatch.cli.watch import VerdictSource, connected_client, verdict_source_options
-from perfwatch.publishers.verdict_feed import receive_messages
-from perfwatch.publishers.webhook import (
+from perfwatch.adapters.verdict_feed import receive_messages
+from perfwatch.adapters.webhook import (
     DEFAULT_TEMPLATE,
     TEMPLATE_FIELDS,
     TemplateError,
@@ -17,6 +16,7 @@ from perfwatch.publishers.webhook import (
     check_template,
     forward_verdicts,
 )
+from perfwatch.cli.watch import VerdictSource, connected_client, verdict_source_options
 
 if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
     import pulsar

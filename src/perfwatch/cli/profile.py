@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.input_profile import InputProfileFile, read_input_profile
-from perfwatch.records import RECORD_SCHEMA
+from perfwatch.contract.records import RECORD_SCHEMA
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -172,11 +172,11 @@ def _publish(
     topic: str | None,
     config_path: str | None,
 ) -> None:
+    from perfwatch.adapters.identity import Identity, complete_record, environment_identity
+    from perfwatch.adapters.publisher import record_label
     from perfwatch.cli.publish import send_records
     from perfwatch.config import ConfigError, load_config
-    from perfwatch.publishers.identity import Identity, complete_record, environment_identity
-    from perfwatch.publishers.publisher import record_label
-    from perfwatch.records import validate_record
+    from perfwatch.contract.records import validate_record
 
     try:
         config = load_config(

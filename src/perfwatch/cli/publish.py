@@ -12,16 +12,16 @@ from typing import Any
 
 import click
 
-from perfwatch.config import Config, ConfigError, load_config
-from perfwatch.formats.detect import FORMATS, InputFile, read_input_file
-from perfwatch.formats.errors import SourceError
-from perfwatch.publishers.identity import (
+from perfwatch.adapters.identity import (
     Identity,
     complete_record,
     environment_identity,
     record_label,
 )
-from perfwatch.records import dumps, format_rfc3339, parse_rfc3339, validate_record
+from perfwatch.config import Config, ConfigError, load_config
+from perfwatch.contract.records import dumps, format_rfc3339, parse_rfc3339, validate_record
+from perfwatch.readers.detect import FORMATS, InputFile, read_input_file
+from perfwatch.readers.errors import SourceError
 
 EXIT_INVALID_INPUT = 1
 EXIT_NOT_ACKNOWLEDGED = 3
@@ -200,8 +200,8 @@ def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> Non
     # The Pulsar client is loaded only to send: --dry-run and --help do without it.
     import pulsar
 
-    from perfwatch.publishers.publisher import Publisher, PublishError
-    from perfwatch.stream.brokers import BrokerError
+    from perfwatch.adapters.publisher import Publisher, PublishError
+    from perfwatch.brokers.brokers import BrokerError
 
     publisher = Publisher(
         config.broker.url,

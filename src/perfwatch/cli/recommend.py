@@ -11,10 +11,10 @@ import click
 import orjson
 
 from perfwatch.cli.options import output_format_option
+from perfwatch.contract.records import InputProfile
 from perfwatch.detectors.input_attributes import ATTRIBUTES, CLUSTER_ATTRIBUTES, METHODS, NOISE
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.input_profile import InputProfileFile, read_input_profile
-from perfwatch.records import InputProfile
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
 if TYPE_CHECKING:
     from perfwatch.detectors.inputs import InputClustering, Recommendation

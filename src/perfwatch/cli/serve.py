@@ -37,9 +37,9 @@ def run_processor(config: Config, stop: threading.Event, embedded_dir: Path | No
     """Connect broker and store as configured and process until `stop` is set."""
     from perfwatch.adapters.pulsar import pulsar_processor as Processor
     from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication
+    from perfwatch.brokers.brokers import make_client, open_broker
     from perfwatch.processor.observability import ProcessorMetrics
-    from perfwatch.store import open_store
-    from perfwatch.stream.brokers import make_client, open_broker
+    from perfwatch.state import open_store
 
     broker_config = config.broker
     with open_broker(
@@ -117,10 +117,10 @@ def serve(config_path: Path | None, embedded_dir: Path | None, **flags: Any) -> 
     """
     import pulsar
 
+    from perfwatch.brokers.brokers import BrokerError
     from perfwatch.processor.loop import ProcessorError
     from perfwatch.processor.observability import configure_logging
-    from perfwatch.store import StoreError
-    from perfwatch.stream.brokers import BrokerError
+    from perfwatch.state import StoreError
 
     overrides = {
         "broker.url": flags["pulsar_url"],

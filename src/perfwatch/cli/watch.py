@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from perfwatch.cli.options import output_format_option
-from perfwatch.config import Config, ConfigError, load_config
-from perfwatch.publishers.verdict_feed import (
+from perfwatch.adapters.verdict_feed import (
     KINDS,
     SeenVerdicts,
     VerdictFilter,
@@ -24,6 +22,8 @@ from perfwatch.publishers.verdict_feed import (
     receive_messages,
     verdict_line,
 )
+from perfwatch.cli.options import output_format_option
+from perfwatch.config import Config, ConfigError, load_config
 
 if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
     import pulsar
@@ -137,7 +137,7 @@ def connected_client(config: Config) -> Iterator[pulsar.Client]:
     """A client of the configured broker; broker failures become one-line errors."""
     import pulsar
 
-    from perfwatch.stream.brokers import BrokerError, make_client, open_broker
+    from perfwatch.brokers.brokers import BrokerError, make_client, open_broker
 
     where = config.broker.url or "the embedded broker"
     try:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from perfwatch.records import MAX_DOCUMENT_BYTES, RECORD_SCHEMA, format_rfc3339
+from perfwatch.contract.records import MAX_DOCUMENT_BYTES, RECORD_SCHEMA, format_rfc3339
 
 TESTS = ("api.checkout", "db.insert", "search.query", "render.page")
 # metric -> (unit, direction, typical value)

@@ -30,6 +30,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from perfwatch.config import Config
+from perfwatch.contract.records import Record, RecordError, Verdict, dumps, parse_record
 from perfwatch.processor.handlers import RecordHandler, build_handlers
 from perfwatch.processor.observability import ProcessorMetrics
 from perfwatch.processor.outbox import OutboxRelay, PublishError
@@ -41,8 +42,7 @@ from perfwatch.processor.ports import (
     VerdictPublisher,
     VerdictSink,
 )
-from perfwatch.records import Record, RecordError, Verdict, dumps, parse_record
-from perfwatch.store import OutboxEntry, SeriesKey, StateStore, StoreUnavailable
+from perfwatch.state import OutboxEntry, SeriesKey, StateStore, StoreUnavailable
 
 log = logging.getLogger("perfwatch.processor")
 

@@ -1,1 +1,1 @@
-"""formats"""
+"""Readers of files: benchmark tool reports, CSV series, JSONL records, input profiles."""

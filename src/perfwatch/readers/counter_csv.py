@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from perfwatch.detectors.counters import CounterSamples
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.jsonl import read_records
-from perfwatch.formats.perfmon_csv import (
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.jsonl import read_records
+from perfwatch.readers.perfmon_csv import (
     csv_rows,
     is_perfmon_header,
     parse_sample,

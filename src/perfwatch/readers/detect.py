@@ -13,21 +13,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfwatch.formats.errors import SourceError, read_source
-from perfwatch.formats.google_benchmark import (
+from perfwatch.contract.records import RECORD_SCHEMA, format_rfc3339
+from perfwatch.readers.errors import SourceError, read_source
+from perfwatch.readers.google_benchmark import (
     looks_like_google_benchmark,
     records_from_google_benchmark,
 )
-from perfwatch.formats.hyperfine import looks_like_hyperfine, records_from_hyperfine
-from perfwatch.formats.jsonl import read_records
-from perfwatch.formats.otava_csv import read_otava_csv
-from perfwatch.formats.pytest_benchmark import (
+from perfwatch.readers.hyperfine import looks_like_hyperfine, records_from_hyperfine
+from perfwatch.readers.jsonl import read_records
+from perfwatch.readers.otava_csv import read_otava_csv
+from perfwatch.readers.pytest_benchmark import (
     looks_like_pytest_benchmark,
     records_from_pytest_benchmark,
 )
-from perfwatch.formats.series import MetricSeries
-from perfwatch.formats.tool_json import LocatedRecord, load_json_document
-from perfwatch.records import RECORD_SCHEMA, format_rfc3339
+from perfwatch.readers.series import MetricSeries
+from perfwatch.readers.tool_json import LocatedRecord, load_json_document
 
 PERFWATCH = "perfwatch"
 OTAVA_CSV = "otava-csv"

@@ -23,8 +23,8 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.tool_json import (
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.tool_json import (
     HIGHER_IS_BETTER,
     LOWER_IS_BETTER,
     LocatedRecord,

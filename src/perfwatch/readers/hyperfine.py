@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfwatch.formats.tool_json import (
+from perfwatch.readers.tool_json import (
     LOWER_IS_BETTER,
     LocatedRecord,
     attribute_text,

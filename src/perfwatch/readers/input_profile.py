@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
 
-from perfwatch.formats.errors import SourceError, read_source
-from perfwatch.records import (
+from perfwatch.contract.records import (
     RECORD_SCHEMA,
     InputProfile,
     Record,
@@ -29,6 +28,7 @@ from perfwatch.records import (
     format_rfc3339,
     load_schema,
 )
+from perfwatch.readers.errors import SourceError, read_source
 
 if TYPE_CHECKING:  # jsonschema is imported when a file is first validated
     from jsonschema import Draft202012Validator

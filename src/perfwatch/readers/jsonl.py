@@ -12,9 +12,9 @@ from typing import BinaryIO
 
 import numpy as np
 
-from perfwatch.formats.errors import SourceError, read_source
-from perfwatch.formats.series import MetricSeries
-from perfwatch.records import Record, RecordError, dumps, loads, parse_record
+from perfwatch.contract.records import Record, RecordError, dumps, loads, parse_record
+from perfwatch.readers.errors import SourceError, read_source
+from perfwatch.readers.series import MetricSeries
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from perfwatch.formats.errors import SourceError, read_source
-from perfwatch.formats.series import MetricSeries
+from perfwatch.readers.errors import SourceError, read_source
+from perfwatch.readers.series import MetricSeries
 
 SEPARATORS = (",", ";", "\t", "|")
 TIME_COLUMN_NAMES = ("time", "timestamp", "date", "datetime")

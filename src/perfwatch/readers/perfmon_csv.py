@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from perfwatch.detectors.counters import CounterSamples
-from perfwatch.formats.errors import SourceError, read_source
+from perfwatch.readers.errors import SourceError, read_source
 
 PDH_MARKER = "(PDH-CSV"
 MISSING_CELLS = {"", "nan", "null", "na"}  # after stripping, case-insensitive

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfwatch.formats.tool_json import (
+from perfwatch.readers.tool_json import (
     HIGHER_IS_BETTER,
     LOWER_IS_BETTER,
     LocatedRecord,

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfwatch.formats.errors import SourceError
+from perfwatch.readers.errors import SourceError
 
 if TYPE_CHECKING:  # CSV readers need not load the record schema module
-    from perfwatch.records import Direction
+    from perfwatch.contract.records import Direction
 
 # Shortest commit prefix accepted where a commit names a point (git's own default is 7).
 MIN_COMMIT_PREFIX = 4

@@ -3,7 +3,7 @@
 The converters turn a tool's report into *partial* records: test, metrics and
 whatever identity the report itself carries (commit, branch, timestamp).
 Identity the report lacks (run id, commit from CI, ...) is filled in later by
-`perfwatch.publishers.identity`, and the result is validated against the record
+`perfwatch.adapters.identity`, and the result is validated against the record
 schema before anything is sent.
 """
 
@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from perfwatch.formats.errors import SourceError
-from perfwatch.records import format_rfc3339
+from perfwatch.contract.records import format_rfc3339
+from perfwatch.readers.errors import SourceError
 
 LOWER_IS_BETTER = "lower_is_better"
 HIGHER_IS_BETTER = "higher_is_better"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perfwatch.store.base import (
+from perfwatch.state.base import (
     CURSOR_NAMESPACE,
     SEQUENCE_OFFSET_NAMESPACE,
     OutboxEntry,
@@ -33,11 +33,11 @@ __all__ = [
 def open_store(url: str) -> StateStore:
     """Open (creating or migrating the schema) the store at `url`."""
     if url.startswith("sqlite:"):
-        from perfwatch.store.sqlite import SqliteStore
+        from perfwatch.state.sqlite import SqliteStore
 
         return SqliteStore(url)
     if url.startswith(("postgresql:", "postgres:")):
-        from perfwatch.store.postgres import PostgresStore
+        from perfwatch.state.postgres import PostgresStore
 
         return PostgresStore(url)
     raise StoreError(f"{url}: unsupported state store URL (sqlite:///PATH or postgresql://...)")

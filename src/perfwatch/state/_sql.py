@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import orjson
 
-from perfwatch.store.base import (
+from perfwatch.state.base import (
     CURSOR_NAMESPACE,
     OutboxEntry,
     Point,

@@ -197,7 +197,7 @@ class StoreTransaction(ABC):
 
 
 class StateStore(ABC):
-    """A state store; open one with `perfwatch.store.open_store(url)`."""
+    """A state store; open one with `perfwatch.state.open_store(url)`."""
 
     url: str
 

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from perfwatch.store._sql import SqlStore, SqlTransaction
-from perfwatch.store.base import StoreError
+from perfwatch.state._sql import SqlStore, SqlTransaction
+from perfwatch.state.base import StoreError
 
 # Arbitrary constant naming perfwatch's schema-migration advisory lock.
 _MIGRATION_LOCK_ID = 0x70657266

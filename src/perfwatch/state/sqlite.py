@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-from perfwatch.store._sql import SqlStore, SqlTransaction
-from perfwatch.store.base import StoreError
+from perfwatch.state._sql import SqlStore, SqlTransaction
+from perfwatch.state.base import StoreError
 
 SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
 

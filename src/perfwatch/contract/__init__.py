@@ -1,0 +1,1 @@
+"""The record contract: models, validation, codec and verdict building."""

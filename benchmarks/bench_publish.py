@@ -32,7 +32,8 @@ import pulsar
 
 from perfwatch.adapters.publisher import Publisher
 from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
-from perfwatch.contract.records import dumps, format_rfc3339
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.timestamps import format_rfc3339
 
 
 def make_records(count: int, tests: int, seed: int) -> list[dict]:

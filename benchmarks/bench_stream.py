@@ -47,7 +47,8 @@ import psycopg
 import pulsar
 
 from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
-from perfwatch.contract.records import RECORD_SCHEMA, format_rfc3339
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.detectors.analyzer import SeriesAnalyzer
 from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
 from perfwatch.state import SeriesKey, open_store

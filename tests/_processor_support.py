@@ -25,7 +25,8 @@ import pytest
 from perfwatch.adapters.pulsar import pulsar_processor
 from perfwatch.brokers.brokers import BrokerHandle, make_client
 from perfwatch.config import Config
-from perfwatch.contract.records import RECORD_SCHEMA, format_rfc3339
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
 from perfwatch.processor.loop import Processor
 from perfwatch.processor.observability import ProcessorMetrics

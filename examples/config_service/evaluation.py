@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 
 from config_service import versions
-from perfwatch.contract.records import InputProfile
+from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.inputs import (
     InputClustering,
     Recommendation,

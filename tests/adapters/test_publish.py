@@ -18,7 +18,8 @@ from perfwatch import Publisher
 from perfwatch.adapters.publisher import PublishError
 from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
 from perfwatch.cli.main import main
-from perfwatch.contract.records import RecordError, format_rfc3339
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RecordError
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
 LOWER = "lower_is_better"

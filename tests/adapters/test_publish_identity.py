@@ -15,7 +15,7 @@ from perfwatch.adapters.identity import (
     environment_identity,
     git_identity,
 )
-from perfwatch.contract.records import validate_record
+from perfwatch.contract.validation import validate_record
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

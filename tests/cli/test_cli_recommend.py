@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from perfwatch.cli.main import main
-from perfwatch.contract.records import InputProfile
+from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.inputs import InputClustering, input_table
 from perfwatch.readers.input_profile import (
     InputProfileFile,
@@ -218,7 +218,8 @@ def test_profile_runs_the_suite_through_the_plugin(tmp_path: Path) -> None:
 def test_published_profiles_form_a_valid_record() -> None:
     from perfwatch.adapters.identity import Identity, complete_record
     from perfwatch.cli.profile import profile_record
-    from perfwatch.contract.records import Record, validate_record
+    from perfwatch.contract.models import Record
+    from perfwatch.contract.validation import validate_record
 
     profiles = [
         InputProfile("a", 10.0, 0.002, 0.001, 100, 50, 3, 4, 5),

@@ -24,7 +24,7 @@ from perfwatch.adapters.webhook import (
 )
 from perfwatch.brokers.brokers import BrokerHandle, make_client
 from perfwatch.cli.main import main
-from perfwatch.contract.records import dumps
+from perfwatch.contract.codec import dumps
 
 REFUSAL = "failing on purpose"
 

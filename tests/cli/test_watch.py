@@ -26,7 +26,8 @@ from perfwatch.adapters.verdict_feed import (
 )
 from perfwatch.brokers.brokers import BrokerHandle, admin_request, make_client
 from perfwatch.cli.main import main
-from perfwatch.contract.records import dumps, format_rfc3339
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.timestamps import format_rfc3339
 
 PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"]
 

@@ -15,19 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from perfwatch.contract import records
-from perfwatch.contract.records import (
-    ChangePointEvidence,
+from perfwatch.contract import timestamps, validation
+from perfwatch.contract.codec import dumps, parse_record, parse_verdict
+from perfwatch.contract.models import ChangePointEvidence, MetricValue, Record, SeriesRef, Verdict
+from perfwatch.contract.validation import (
     ErrorKind,
-    MetricValue,
-    Record,
     RecordError,
-    SeriesRef,
-    Verdict,
-    dumps,
     load_schema,
-    parse_record,
-    parse_verdict,
     validate_record,
     validate_verdict,
 )
@@ -118,7 +112,7 @@ def verdict_doc(kind: str) -> dict[str, Any]:
 VERDICT_KINDS = load_schema("verdict")["properties"]["kind"]["enum"]
 
 
-def paths(problems: list[records.Problem]) -> set[str]:
+def paths(problems: list[validation.Problem]) -> set[str]:
     return {problem.path for problem in problems}
 
 
@@ -131,7 +125,7 @@ def test_shipped_schemas_are_valid_draft_2020_12(name: str) -> None:
     Draft202012Validator.check_schema(schema)
     assert schema["properties"]["schema"]["const"] == f"perfwatch.{name}/v1"
     # The module's date-time regex must be the schemas' pattern, not a drifting copy.
-    assert schema["$defs"]["rfc3339"]["pattern"] == records._RFC3339.pattern
+    assert schema["$defs"]["rfc3339"]["pattern"] == timestamps.RFC3339.pattern
 
 
 # --- records ---------------------------------------------------------------------------------
@@ -518,7 +512,7 @@ def mutated(doc: Any, path: Path, how: str, value: Any) -> Any:
         parent[last] = math.nan
     elif how == "newline" and isinstance(target, str):
         parent[last] = target + "\n"
-    elif how == "bad_date" and isinstance(target, str) and records._RFC3339.match(target):
+    elif how == "bad_date" and isinstance(target, str) and timestamps.RFC3339.match(target):
         parent[last] = target[:5] + "02-30" + target[10:]
     return doc
 
@@ -586,8 +580,8 @@ def mutated_documents(draw: st.DrawFn, bases: list[dict[str, Any]]) -> Any:
 def assert_quick_check_agrees(doc: Any, name: str) -> None:
     validate = validate_record if name == "record" else validate_verdict
     parse = parse_record if name == "record" else parse_verdict
-    full = records._all_problems(doc, name, check_finite=True)
-    quick = records._passes_quick_check(doc, name, check_finite=True)
+    full = validation._all_problems(doc, name, check_finite=True)
+    quick = validation._passes_quick_check(doc, name, check_finite=True)
     assert not (quick and full), f"quick check accepted a document with problems: {full}"
     if is_plain_json(doc):
         assert quick == (not full), "quick check refused a valid document"
@@ -597,8 +591,8 @@ def assert_quick_check_agrees(doc: Any, name: str) -> None:
     except TypeError:  # what orjson cannot write: integers beyond 64 bits, sets, Decimal
         return
     decoded = orjson.loads(data)
-    full = records._all_problems(decoded, name, check_finite=False)
-    assert records._passes_quick_check(decoded, name, check_finite=False) == (not full)
+    full = validation._all_problems(decoded, name, check_finite=False)
+    assert validation._passes_quick_check(decoded, name, check_finite=False) == (not full)
     if full:
         with pytest.raises(RecordError) as caught:
             parse(data)
@@ -610,8 +604,8 @@ def assert_quick_check_agrees(doc: Any, name: str) -> None:
 @pytest.mark.parametrize(("name", "bases"), [("record", RECORD_BASES), ("verdict", VERDICT_BASES)])
 def test_quick_check_accepts_the_valid_bases(name: str, bases: list[dict[str, Any]]) -> None:
     for doc in bases:
-        assert records._all_problems(doc, name, check_finite=True) == []
-        assert records._passes_quick_check(doc, name, check_finite=True)
+        assert validation._all_problems(doc, name, check_finite=True) == []
+        assert validation._passes_quick_check(doc, name, check_finite=True)
 
 
 @settings(max_examples=600, deadline=None, derandomize=True)
@@ -650,8 +644,8 @@ def test_counter_arrays_checked_whole_agree_with_full_pass(
 ) -> None:
     doc = full_record()
     doc["counters"].update(change)
-    assert records._passes_quick_check(doc, "record", check_finite=True) is valid
-    assert (records._all_problems(doc, "record", check_finite=True) == []) is valid
+    assert validation._passes_quick_check(doc, "record", check_finite=True) is valid
+    assert (validation._all_problems(doc, "record", check_finite=True) == []) is valid
 
 
 def test_patterns_keep_python_end_of_text_in_both_passes() -> None:
@@ -659,7 +653,7 @@ def test_patterns_keep_python_end_of_text_in_both_passes() -> None:
     doc = verdict_doc("recommendation")
     doc["verdict_id"] += "\n"
     assert validate_verdict(doc) == []
-    assert records._passes_quick_check(doc, "verdict", check_finite=True)
+    assert validation._passes_quick_check(doc, "verdict", check_finite=True)
 
 
 def test_counter_rows_need_no_length_check_of_their_own() -> None:

@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from perfwatch.contract.records import ChangePointEvidence, SeriesRef, dumps, validate_verdict
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.models import ChangePointEvidence, SeriesRef
+from perfwatch.contract.validation import validate_verdict
 from perfwatch.contract.verdicts import (
     DETECTED,
     RETRACTED,

@@ -19,15 +19,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from perfwatch.config import Config
-from perfwatch.contract.records import (
-    InputProfile,
-    MetricValue,
-    Record,
-    SeriesRef,
-    Verdict,
-    dumps,
-    validate_verdict,
-)
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.models import InputProfile, MetricValue, Record, SeriesRef, Verdict
+from perfwatch.contract.validation import validate_verdict
 from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.app import DashboardSettings, create_app, plotly_js_path
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfwatch.contract.records import InputProfile
+from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.inputs import (
     Decision,
     InputClustering,

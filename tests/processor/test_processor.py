@@ -39,13 +39,9 @@ from _processor_support import (
 )
 from _verdict_samples import EMITTED_AT, evidence
 from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
-from perfwatch.contract.records import (
-    Record,
-    SeriesRef,
-    Verdict,
-    dumps,
-    validate_verdict,
-)
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.models import Record, SeriesRef, Verdict
+from perfwatch.contract.validation import validate_verdict
 from perfwatch.contract.verdicts import DETECTED, BeliefChange, make_verdict
 from perfwatch.processor.changepoints import ChangePointHandler
 from perfwatch.processor.observability import ProcessorMetrics, configure_logging

@@ -30,15 +30,10 @@ from _processor_support import (
 )
 from perfwatch.brokers.brokers import BrokerHandle
 from perfwatch.config import Config, ConfigError, load_config
-from perfwatch.contract.records import (
-    RECORD_SCHEMA,
-    Record,
-    Verdict,
-    dumps,
-    format_rfc3339,
-    parse_record,
-    validate_verdict,
-)
+from perfwatch.contract.codec import dumps, parse_record
+from perfwatch.contract.models import Record, Verdict
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RECORD_SCHEMA, validate_verdict
 from perfwatch.contract.verdicts import DETECTED
 from perfwatch.dashboard import figures, queries
 from perfwatch.detectors.counters import CounterRegressionCheck

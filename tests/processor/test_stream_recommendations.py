@@ -38,16 +38,10 @@ from perfwatch.brokers.brokers import BrokerHandle, make_client
 from perfwatch.cli.main import main
 from perfwatch.cli.profile import profile_record
 from perfwatch.config import INPUT_CLUSTERING_METHODS, Config, ConfigError, load_config
-from perfwatch.contract.records import (
-    RECORD_SCHEMA,
-    InputProfile,
-    Record,
-    Verdict,
-    dumps,
-    format_rfc3339,
-    validate_record,
-    validate_verdict,
-)
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.models import InputProfile, Record, Verdict
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RECORD_SCHEMA, validate_record, validate_verdict
 from perfwatch.dashboard import queries
 from perfwatch.detectors.inputs import (
     METHODS,

@@ -16,7 +16,8 @@ import pytest
 
 import _tool_reports
 from perfwatch.adapters.identity import Identity, complete_record
-from perfwatch.contract.records import format_rfc3339, parse_rfc3339, validate_record
+from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
+from perfwatch.contract.validation import validate_record
 from perfwatch.readers.detect import (
     GOOGLE_BENCHMARK,
     HYPERFINE,

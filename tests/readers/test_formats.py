@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
-from perfwatch.contract.records import MetricValue, Record
+from perfwatch.contract.models import MetricValue, Record
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.jsonl import read_records, records_to_series, write_records
 from perfwatch.readers.otava_csv import read_otava_csv

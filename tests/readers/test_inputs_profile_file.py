@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from perfwatch.contract.records import InputProfile
+from perfwatch.contract.models import InputProfile
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import (
     InputProfileFile,

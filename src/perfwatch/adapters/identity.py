@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from perfwatch.contract.records import RECORD_SCHEMA
+from perfwatch.contract.validation import RECORD_SCHEMA
 
 _IDENTITY_KEYS = ("test", "run_id", "commit", "branch", "timestamp", "attributes")
 

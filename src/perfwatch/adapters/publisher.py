@@ -24,7 +24,8 @@ from typing import Any, Self
 import pulsar
 
 from perfwatch.adapters.identity import record_label
-from perfwatch.contract.records import RecordError, dumps, validate_record
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.validation import RecordError, validate_record
 
 DEFAULT_RECORDS_TOPIC = "persistent://public/default/perfwatch-records"
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import click
 
-from perfwatch.contract.records import VerdictKind, parse_rfc3339
+from perfwatch.contract.models import VerdictKind
+from perfwatch.contract.timestamps import parse_rfc3339
 
 if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
     import pulsar

@@ -21,7 +21,7 @@ from perfwatch.readers.errors import SourceError, read_source
 # The readers (numpy), the record module and the detector are imported where they are
 # used, so `perfwatch analyze --help` starts at once and a CSV run skips the records.
 if TYPE_CHECKING:
-    from perfwatch.contract.records import ChangeDirection, Direction
+    from perfwatch.contract.models import ChangeDirection, Direction
     from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams
     from perfwatch.readers.series import MetricSeries
 
@@ -274,7 +274,7 @@ def _with_progress(series: Sequence[MetricSeries]) -> Iterable[MetricSeries]:
 
 
 def _result_json(result: SeriesResult) -> dict[str, Any]:
-    from perfwatch.contract.records import format_rfc3339
+    from perfwatch.contract.timestamps import format_rfc3339
 
     series = result.series
     return {

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from perfwatch.contract.records import RECORD_SCHEMA
+from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
@@ -176,7 +176,7 @@ def _publish(
     from perfwatch.adapters.publisher import record_label
     from perfwatch.cli.publish import send_records
     from perfwatch.config import ConfigError, load_config
-    from perfwatch.contract.records import validate_record
+    from perfwatch.contract.validation import validate_record
 
     try:
         config = load_config(

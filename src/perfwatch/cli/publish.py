@@ -19,7 +19,9 @@ from perfwatch.adapters.identity import (
     record_label,
 )
 from perfwatch.config import Config, ConfigError, load_config
-from perfwatch.contract.records import dumps, format_rfc3339, parse_rfc3339, validate_record
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
+from perfwatch.contract.validation import validate_record
 from perfwatch.readers.detect import FORMATS, InputFile, read_input_file
 from perfwatch.readers.errors import SourceError
 

@@ -11,7 +11,7 @@ import click
 import orjson
 
 from perfwatch.cli.options import output_format_option
-from perfwatch.contract.records import InputProfile
+from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.input_attributes import ATTRIBUTES, CLUSTER_ATTRIBUTES, METHODS, NOISE
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import InputProfileFile, read_input_profile

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import orjson
 
-from perfwatch.contract.records import ChangePointEvidence, SeriesRef, Verdict
+from perfwatch.contract.models import ChangePointEvidence, SeriesRef, Verdict
 
 DETECTED = "change_point.detected"
 UPDATED = "change_point.updated"

@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from perfwatch.adapters.verdict_feed import summary_fields
-from perfwatch.contract.records import InputProfile
+from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
 from perfwatch.detectors.inputs import InputClustering, input_table
 from perfwatch.processor.handlers import baseline_key

@@ -15,14 +15,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from perfwatch.config import Config
-from perfwatch.contract.records import (
-    ChangePointEvidence,
-    Record,
-    SeriesRef,
-    Verdict,
-    format_rfc3339,
-    parse_rfc3339,
-)
+from perfwatch.contract.models import ChangePointEvidence, Record, SeriesRef, Verdict
+from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
 from perfwatch.contract.verdicts import diff_change_points, make_verdict, shift_after_insert
 from perfwatch.detectors.analyzer import SeriesAnalyzer
 from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams, classify_direction

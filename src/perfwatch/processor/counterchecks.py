@@ -45,7 +45,7 @@ import numpy as np
 import orjson
 
 from perfwatch.config import Config
-from perfwatch.contract.records import Record, SeriesRef, Verdict
+from perfwatch.contract.models import Record, SeriesRef, Verdict
 from perfwatch.contract.verdicts import DETECTED, UPDATED
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
 from perfwatch.processor.handlers import record_baseline

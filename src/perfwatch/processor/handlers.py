@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Protocol
 
 from perfwatch.config import Config
-from perfwatch.contract.records import Record, Verdict
+from perfwatch.contract.models import Record, Verdict
 from perfwatch.processor.changepoints import series_key
 from perfwatch.state import SeriesKey, StoreTransaction
 

@@ -30,7 +30,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from perfwatch.config import Config
-from perfwatch.contract.records import Record, RecordError, Verdict, dumps, parse_record
+from perfwatch.contract.codec import dumps, parse_record
+from perfwatch.contract.models import Record, Verdict
+from perfwatch.contract.validation import RecordError
 from perfwatch.processor.handlers import RecordHandler, build_handlers
 from perfwatch.processor.observability import ProcessorMetrics
 from perfwatch.processor.outbox import OutboxRelay, PublishError

@@ -41,7 +41,7 @@ from typing import Any, cast
 import orjson
 
 from perfwatch.config import Config
-from perfwatch.contract.records import InputProfile, Record, SeriesRef, Verdict
+from perfwatch.contract.models import InputProfile, Record, SeriesRef, Verdict
 from perfwatch.detectors.inputs import (
     InputClustering,
     Method,

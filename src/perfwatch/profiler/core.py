@@ -37,7 +37,7 @@ from typing import Any, ParamSpec, Self, TypeVar
 
 import orjson
 
-from perfwatch.contract.records import InputProfile
+from perfwatch.contract.models import InputProfile
 from perfwatch.profiler.counting import ExecutionCounter, ExecutionCounts
 
 P = ParamSpec("P")

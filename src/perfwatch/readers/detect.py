@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfwatch.contract.records import RECORD_SCHEMA, format_rfc3339
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.readers.errors import SourceError, read_source
 from perfwatch.readers.google_benchmark import (
     looks_like_google_benchmark,

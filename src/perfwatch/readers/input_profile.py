@@ -20,14 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
 
-from perfwatch.contract.records import (
-    RECORD_SCHEMA,
-    InputProfile,
-    Record,
-    RecordError,
-    format_rfc3339,
-    load_schema,
-)
+from perfwatch.contract.models import InputProfile, Record
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RECORD_SCHEMA, RecordError, load_schema
 from perfwatch.readers.errors import SourceError, read_source
 
 if TYPE_CHECKING:  # jsonschema is imported when a file is first validated

@@ -12,7 +12,9 @@ from typing import BinaryIO
 
 import numpy as np
 
-from perfwatch.contract.records import Record, RecordError, dumps, loads, parse_record
+from perfwatch.contract.codec import dumps, loads, parse_record
+from perfwatch.contract.models import Record
+from perfwatch.contract.validation import RecordError
 from perfwatch.readers.errors import SourceError, read_source
 from perfwatch.readers.series import MetricSeries
 

@@ -12,7 +12,7 @@ import numpy as np
 from perfwatch.readers.errors import SourceError
 
 if TYPE_CHECKING:  # CSV readers need not load the record schema module
-    from perfwatch.contract.records import Direction
+    from perfwatch.contract.models import Direction
 
 # Shortest commit prefix accepted where a commit names a point (git's own default is 7).
 MIN_COMMIT_PREFIX = 4

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from perfwatch.contract.records import format_rfc3339
+from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.readers.errors import SourceError
 
 LOWER_IS_BETTER = "lower_is_better"

@@ -1,4 +1,4 @@
-"""Record and verdict documents: models, validation and orjson I/O.
+"""Checks of record and verdict documents, and the errors that say what is wrong.
 
 The JSON Schema files in ``schemas/`` are the source of truth. This module adds
 the checks a schema cannot express (finite numbers, matrix shapes, unique input
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -22,33 +22,16 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import fastjsonschema
 import orjson
 
-# numpy and jsonschema are imported where used: most commands that read records never
-# need them, and together they cost a tenth of a second at start-up.
+from perfwatch.contract.timestamps import RFC3339
+
+# jsonschema is imported where used: most commands that read records never need it.
 if TYPE_CHECKING:
-    import numpy as np
     from jsonschema import Draft202012Validator, ValidationError
 
 RECORD_SCHEMA = "perfwatch.record/v1"
 VERDICT_SCHEMA = "perfwatch.verdict/v1"
-MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 MAX_COUNTER_CELLS = 1_000_000
 
-Direction = Literal["higher_is_better", "lower_is_better"]
-ChangeDirection = Literal["regression", "improvement", "unknown"]
-VerdictKind = Literal[
-    "change_point.detected",
-    "change_point.updated",
-    "change_point.retracted",
-    "counter_regression.detected",
-    "counter_check.passed",
-    "recommendation",
-]
-
-# Same pattern as $defs.rfc3339 in the schemas.
-_RFC3339 = re.compile(
-    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
-    r"([Zz]|[+-][0-9]{2}:[0-9]{2})$"
-)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LONGEST_MESSAGE = 200
 
@@ -108,280 +91,6 @@ class RecordError(ValueError):
         return cls(first.kind, first.path, first.message, problems=problems)
 
 
-# --- time ---------------------------------------------------------------------------------
-
-
-def parse_rfc3339(text: str) -> datetime:
-    """Parse an RFC 3339 date-time into an aware datetime; ValueError if it is not one."""
-    if not _RFC3339.match(text):
-        raise ValueError(f"{text!r} is not an RFC 3339 date-time (e.g. 2024-05-01T02:00:00Z)")
-    return datetime.fromisoformat(text.upper())
-
-
-def format_rfc3339(moment: datetime) -> str:
-    """RFC 3339 text of a datetime; naive datetimes are taken as UTC, UTC is written ``Z``."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    text = moment.isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
-def _present(**members: Any) -> dict[str, Any]:
-    """The members that are not None: optional JSON members are left out, never null."""
-    return {name: value for name, value in members.items() if value is not None}
-
-
-# --- models -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MetricValue:
-    value: float
-    unit: str | None = None
-    direction: Direction | None = None
-
-    def to_json(self) -> float | dict[str, Any]:
-        details = _present(unit=self.unit, direction=self.direction)
-        return {"value": self.value, **details} if details else self.value
-
-
-@dataclass(frozen=True, slots=True)
-class Counters:
-    """Counter samples of one run: ``values[observation][counter]``, None where missing."""
-
-    names: list[str]
-    values: list[list[float | None]]
-    timestamps: list[float | str] | None = None
-    role: Literal["baseline", "target"] | None = None
-
-    def matrix(self) -> np.ndarray:
-        """Observations x counters as float64, NaN where a sample is missing."""
-        import numpy as np
-
-        return np.array(
-            [[math.nan if v is None else v for v in row] for row in self.values], dtype=np.float64
-        ).reshape(len(self.values), len(self.names))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "names": self.names,
-            "values": self.values,
-            **_present(timestamps=self.timestamps, role=self.role),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class InputProfile:
-    input_id: str
-    size: float
-    wall_time_s: float
-    cpu_time_s: float
-    peak_memory_bytes: float
-    statements: int
-    function_calls: int
-    loop_iterations: int
-    conditionals: int
-
-
-@dataclass(frozen=True, slots=True)
-class Inputs:
-    kind: Literal["full_suite", "update_sample"]
-    profiles: list[InputProfile]
-    # An update sample's inputs profiled on the old code next to the update (drift reference).
-    reference_profiles: list[InputProfile] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        references = self.reference_profiles
-        return {
-            "kind": self.kind,
-            "profiles": [asdict(profile) for profile in self.profiles],
-            **_present(
-                reference_profiles=None if references is None else list(map(asdict, references))
-            ),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One run of one test (``perfwatch.record/v1``)."""
-
-    test: str
-    run_id: str
-    timestamp: datetime
-    metrics: dict[str, MetricValue]
-    commit: str | None = None
-    branch: str | None = None
-    attributes: dict[str, str] = field(default_factory=dict)
-    counters: Counters | None = None
-    inputs: Inputs | None = None
-
-    @classmethod
-    def from_json(cls, doc: Any) -> Record:
-        """Validate a decoded document and build the record; RecordError on any problem."""
-        return cls._build(_checked(doc, "record", check_finite=True))
-
-    @classmethod
-    def _build(cls, doc: Mapping[str, Any]) -> Record:
-        metrics = {
-            name: MetricValue(float(v))
-            if not isinstance(v, dict)
-            else MetricValue(float(v["value"]), v.get("unit"), v.get("direction"))
-            for name, v in doc["metrics"].items()
-        }
-        counters = doc.get("counters")
-        inputs = doc.get("inputs")
-        return cls(
-            test=doc["test"],
-            run_id=doc["run_id"],
-            timestamp=parse_rfc3339(doc["timestamp"]),
-            metrics=metrics,
-            commit=doc.get("commit"),
-            branch=doc.get("branch"),
-            attributes=dict(doc.get("attributes", {})),
-            counters=None
-            if counters is None
-            else Counters(
-                counters["names"],
-                counters["values"],
-                counters.get("timestamps"),
-                counters.get("role"),
-            ),
-            inputs=None
-            if inputs is None
-            else Inputs(
-                inputs["kind"],
-                [InputProfile(**p) for p in inputs["profiles"]],
-                None
-                if "reference_profiles" not in inputs
-                else [InputProfile(**p) for p in inputs["reference_profiles"]],
-            ),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": RECORD_SCHEMA,
-            "test": self.test,
-            "run_id": self.run_id,
-            **_present(commit=self.commit, branch=self.branch),
-            "timestamp": format_rfc3339(self.timestamp),
-            **_present(attributes=self.attributes or None),
-            "metrics": {name: metric.to_json() for name, metric in self.metrics.items()},
-            **_present(
-                counters=None if self.counters is None else self.counters.to_json(),
-                inputs=None if self.inputs is None else self.inputs.to_json(),
-            ),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class SeriesRef:
-    """The series a verdict is about: test, metric (absent for whole-run checks), key attributes."""
-
-    test: str
-    metric: str | None = None
-    attributes: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"test": self.test, **_present(metric=self.metric), "attributes": self.attributes}
-
-
-@dataclass(frozen=True, slots=True)
-class ChangePointEvidence:
-    """A change point located in a series' history; ``index`` is the first run after it."""
-
-    index: int
-    run_id: str
-    commit: str | None
-    time: datetime
-    forward_change_percent: float
-    magnitude: float
-    mean_before: float
-    stddev_before: float
-    mean_after: float
-    stddev_after: float
-    pvalue: float
-    direction: ChangeDirection
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> ChangePointEvidence:
-        values = {name: doc.get(name) for name in _EVIDENCE_FIELDS}
-        values["time"] = parse_rfc3339(doc["time"])
-        return cls(**values)
-
-    def to_json(self) -> dict[str, Any]:
-        # Every field is a scalar: no deep copy (asdict's) needed on this hot path.
-        doc = {name: getattr(self, name) for name in _EVIDENCE_FIELDS}
-        doc["time"] = format_rfc3339(self.time)
-        return doc
-
-
-_EVIDENCE_FIELDS = tuple(spec.name for spec in fields(ChangePointEvidence))
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """A change of belief (``perfwatch.verdict/v1``)."""
-
-    verdict_id: str
-    kind: VerdictKind
-    emitted_at: datetime
-    series: SeriesRef
-    record_run_id: str
-    parameters: dict[str, Any]
-    change_point: ChangePointEvidence | None = None
-    previous: ChangePointEvidence | None = None
-    counter_check: dict[str, Any] | None = None
-    recommendation: dict[str, Any] | None = None
-
-    @classmethod
-    def from_json(cls, doc: Any) -> Verdict:
-        """Validate a decoded document and build the verdict; RecordError on any problem."""
-        return cls._build(_checked(doc, "verdict", check_finite=True))
-
-    @classmethod
-    def _build(cls, doc: Mapping[str, Any]) -> Verdict:
-        series = doc["series"]
-        return cls(
-            verdict_id=doc["verdict_id"],
-            kind=doc["kind"],
-            emitted_at=parse_rfc3339(doc["emitted_at"]),
-            series=SeriesRef(series["test"], series.get("metric"), dict(series["attributes"])),
-            record_run_id=doc["record_run_id"],
-            parameters=doc["parameters"],
-            change_point=_optional_evidence(doc.get("change_point")),
-            previous=_optional_evidence(doc.get("previous")),
-            counter_check=doc.get("counter_check"),
-            recommendation=doc.get("recommendation"),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "schema": VERDICT_SCHEMA,
-            "verdict_id": self.verdict_id,
-            "kind": self.kind,
-            "emitted_at": format_rfc3339(self.emitted_at),
-            "series": self.series.to_json(),
-            "record_run_id": self.record_run_id,
-            "parameters": self.parameters,
-        }
-        doc.update(
-            _present(
-                change_point=None if self.change_point is None else self.change_point.to_json(),
-                previous=None if self.previous is None else self.previous.to_json(),
-                counter_check=self.counter_check,
-                recommendation=self.recommendation,
-            )
-        )
-        return doc
-
-
-def _optional_evidence(doc: Mapping[str, Any] | None) -> ChangePointEvidence | None:
-    return None if doc is None else ChangePointEvidence.from_json(doc)
-
-
-# --- validation -----------------------------------------------------------------------------
-
-
 @cache
 def load_schema(name: Literal["record", "verdict"]) -> dict[str, Any]:
     """The JSON Schema shipped with the package (``schemas/<name>.schema.json``)."""
@@ -435,7 +144,7 @@ def _all_problems(
             ]
     problems: list[Problem] = []
     if check_finite:
-        problems.extend(_non_finite_numbers(doc, ()))
+        problems.extend(non_finite_numbers(doc, ()))
     if name == "record":
         doc_for_schema, rest = _cut_counter_arrays(doc, ("values",))
         problems.extend(_schema_problems(_validator(name), doc_for_schema))
@@ -559,7 +268,7 @@ def _counter_stamps_pass(stamps: list[Any], *, check_finite: bool) -> bool:
         return False
     if check_finite and not _all_finite([numbers]):
         return False
-    if not all(map(_RFC3339.match, texts)):
+    if not all(map(RFC3339.match, texts)):
         return False
     try:
         # The same conversion as parse_rfc3339, mapped without a Python call per text.
@@ -582,7 +291,7 @@ def _all_finite(rows: list[list[Any]]) -> bool:
     return all(math.isfinite(cell) for cell in chain.from_iterable(rows) if type(cell) is float)
 
 
-def _checked(doc: Any, name: Literal["record", "verdict"], *, check_finite: bool) -> Any:
+def checked(doc: Any, name: Literal["record", "verdict"], *, check_finite: bool) -> Any:
     problems = _validate(doc, name, check_finite=check_finite)
     if problems:
         raise RecordError.from_problems(problems)
@@ -606,16 +315,16 @@ def json_path(parts: Sequence[str | int]) -> str:
     return text
 
 
-def _non_finite_numbers(value: Any, path: tuple[str | int, ...]) -> Iterator[Problem]:
+def non_finite_numbers(value: Any, path: tuple[str | int, ...]) -> Iterator[Problem]:
     if isinstance(value, float):
         if not math.isfinite(value):
             yield Problem(json_path(path), f"{value} is not a finite number", ErrorKind.NON_FINITE)
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from _non_finite_numbers(item, (*path, key))
+            yield from non_finite_numbers(item, (*path, key))
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            yield from _non_finite_numbers(item, (*path, index))
+            yield from non_finite_numbers(item, (*path, index))
 
 
 def _cut_counter_arrays(
@@ -740,7 +449,7 @@ def _json_type(value: Any) -> str:
 
 def _date_problems(value: Any, path: Sequence[str | int]) -> Iterator[Problem]:
     """A calendar check for text the schema pattern accepted (it cannot see month 13)."""
-    if isinstance(value, str) and _RFC3339.match(value):
+    if isinstance(value, str) and RFC3339.match(value):
         try:
             datetime.fromisoformat(value.upper())
         except ValueError as error:
@@ -816,60 +525,3 @@ def _verdict_value_problems(doc: dict[str, Any]) -> Iterator[Problem]:
         evidence = doc.get(block)
         if isinstance(evidence, dict):
             yield from _date_problems(evidence.get("time"), [block, "time"])
-
-
-# --- bytes in, bytes out ------------------------------------------------------------------
-
-
-def loads(data: bytes | str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
-    """Decode one JSON document; RecordError of kind oversized, undecodable, non_finite or
-    invalid_json."""
-    size = len(data.encode() if isinstance(data, str) else data)
-    if size > max_bytes:
-        raise RecordError(
-            ErrorKind.OVERSIZED, "$", f"document is {size} bytes; the limit is {max_bytes}"
-        )
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as error:
-        raise _classify_decode_error(data, error) from None
-
-
-def _classify_decode_error(data: bytes | str, error: orjson.JSONDecodeError) -> RecordError:
-    if isinstance(data, bytes):
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as bad:
-            return RecordError(
-                ErrorKind.UNDECODABLE,
-                "$",
-                f"not UTF-8: byte 0x{data[bad.start]:02x} at offset {bad.start}",
-            )
-    text = error.doc if isinstance(error.doc, str) else str(error.doc)
-    at = text[error.pos : error.pos + 9].lstrip("-")
-    if error.msg.startswith("number is infinity") or at.startswith(("NaN", "Infinity")):
-        kind, message = ErrorKind.NON_FINITE, "non-finite number (JSON has no NaN or Infinity)"
-    else:
-        kind, message = ErrorKind.INVALID_JSON, f"invalid JSON: {error.msg}"
-    return RecordError(kind, "$", message, line=error.lineno, column=error.colno)
-
-
-def dumps(document: Record | Verdict | Mapping[str, Any]) -> bytes:
-    """Serialise a record, verdict or plain document; RecordError (non_finite) rather than
-    letting NaN or infinity become ``null``."""
-    doc = document.to_json() if isinstance(document, Record | Verdict) else document
-    problems = list(_non_finite_numbers(doc, ()))
-    if problems:
-        raise RecordError.from_problems(problems)
-    return orjson.dumps(doc)
-
-
-def parse_record(data: bytes | str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Record:
-    """Bytes of one message -> Record, or RecordError saying exactly what is wrong."""
-    # orjson never yields NaN or infinity, so the finite-number walk is skipped.
-    return Record._build(_checked(loads(data, max_bytes=max_bytes), "record", check_finite=False))
-
-
-def parse_verdict(data: bytes | str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Verdict:
-    """Bytes of one message -> Verdict, or RecordError saying exactly what is wrong."""
-    return Verdict._build(_checked(loads(data, max_bytes=max_bytes), "verdict", check_finite=False))

@@ -22,10 +22,10 @@ from perfwatch.adapters.verdict_feed import (
     VerdictFilter,
     is_regression,
     parse_since,
-    verdict_line,
 )
 from perfwatch.brokers.brokers import BrokerHandle, admin_request, make_client
 from perfwatch.cli.main import main
+from perfwatch.cli.watch import verdict_line
 from perfwatch.contract.codec import dumps
 from perfwatch.contract.timestamps import format_rfc3339
 

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, get_args
 
-import click
-
 from perfwatch.contract.models import VerdictKind
 from perfwatch.contract.timestamps import parse_rfc3339
 
@@ -166,27 +164,6 @@ def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> 
         votes = f"{share:.0%} of votes say run" if isinstance(share, int | float) else ""
         return str(advice.get("decision", "?")).upper(), f"({votes})" if votes else ""
     return kind.upper(), ""
-
-
-_COLOURS = {
-    "REGRESSION": "red",
-    "IMPROVEMENT": "green",
-    "PASSED": "green",
-    "SKIP": "green",
-    "RUN": "yellow",
-    "RETRACTED": "yellow",
-    "CHANGE": "cyan",
-}
-
-
-def verdict_line(verdict: Mapping[str, Any]) -> str:
-    """`<emitted_at>  <LABEL> <test> <metric> <change> p=<p> commit <sha> (...)  <kind>`,
-    styled with ANSI colours (`click.echo` removes them when not writing to a terminal)."""
-    fields = summary_fields(verdict)
-    label = fields["label"]
-    rest = fields["summary"].removeprefix(label).lstrip()
-    styled = click.style(f"{label:<11}", fg=_COLOURS.get(label), bold=label == "REGRESSION")
-    return f"{fields['emitted_at']}  {styled} {rest}  {click.style(fields['kind'], dim=True)}"
 
 
 def receive_messages(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,13 +20,34 @@ from perfwatch.adapters.verdict_feed import (
     VerdictFilter,
     parse_since,
     receive_messages,
-    verdict_line,
+    summary_fields,
 )
 from perfwatch.cli.options import output_format_option
 from perfwatch.config import Config, ConfigError, load_config
 
 if TYPE_CHECKING:  # the Pulsar client is loaded where it is used, not for --help
     import pulsar
+
+
+_COLOURS = {
+    "REGRESSION": "red",
+    "IMPROVEMENT": "green",
+    "PASSED": "green",
+    "SKIP": "green",
+    "RUN": "yellow",
+    "RETRACTED": "yellow",
+    "CHANGE": "cyan",
+}
+
+
+def verdict_line(verdict: Mapping[str, Any]) -> str:
+    """`<emitted_at>  <LABEL> <test> <metric> <change> p=<p> commit <sha> (...)  <kind>`,
+    styled with ANSI colours (`click.echo` removes them when not writing to a terminal)."""
+    fields = summary_fields(verdict)
+    label = fields["label"]
+    rest = fields["summary"].removeprefix(label).lstrip()
+    styled = click.style(f"{label:<11}", fg=_COLOURS.get(label), bold=label == "REGRESSION")
+    return f"{fields['emitted_at']}  {styled} {rest}  {click.style(fields['kind'], dim=True)}"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ import numpy as np
 import pulsar
 
 from perfwatch.adapters.publisher import Publisher
-from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.contract.codec import dumps
 from perfwatch.contract.timestamps import format_rfc3339
 

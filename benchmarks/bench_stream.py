@@ -46,7 +46,8 @@ import orjson
 import psycopg
 import pulsar
 
-from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.detectors.analyzer import SeriesAnalyzer
@@ -400,7 +401,7 @@ def _collect(
 def _wait_for_subscribers(
     broker: BrokerHandle, topic: str, subscription: str, processes: list, logs: list[Path]
 ) -> None:
-    from perfwatch.brokers.brokers import admin_request
+    from perfwatch.brokers.admin import admin_request
 
     path = "/admin/v2/" + topic.replace("://", "/", 1) + "/stats"
     deadline = time.monotonic() + 120

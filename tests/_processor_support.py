@@ -23,7 +23,7 @@ import pulsar
 import pytest
 
 from perfwatch.adapters.pulsar import pulsar_processor
-from perfwatch.brokers.brokers import BrokerHandle, make_client
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.config import Config
 from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.validation import RECORD_SCHEMA

@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from otava_reference import OtavaReference, ReferenceUnavailable
-from perfwatch.brokers.brokers import BrokerHandle, open_broker
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.handle import BrokerHandle
 
 EXTERNAL_URL_ENV = "PERFWATCH_TEST_PULSAR_URL"
 EXTERNAL_ADMIN_ENV = "PERFWATCH_TEST_PULSAR_ADMIN_URL"

@@ -16,7 +16,8 @@ from click.testing import CliRunner, Result
 import _tool_reports
 from perfwatch import Publisher
 from perfwatch.adapters.publisher import PublishError
-from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.cli.main import main
 from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.validation import RecordError

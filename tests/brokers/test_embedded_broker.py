@@ -23,14 +23,8 @@ import pulsar
 import pytest
 
 from _pulsar_helpers import IDLE_MS, drain, drain_concurrently, numbers
-from perfwatch.brokers.brokers import (
-    BrokerCapabilityError,
-    BrokerHandle,
-    ensure_partitioned_topic,
-    listening_addresses,
-    make_client,
-    open_broker,
-)
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.admin import ensure_partitioned_topic
 from perfwatch.brokers.embedded import (
     CONFIG_NAME,
     PID_NAME,
@@ -38,6 +32,8 @@ from perfwatch.brokers.embedded import (
     EmbeddedBrokerError,
     find_running_broker,
 )
+from perfwatch.brokers.handle import BrokerCapabilityError, BrokerHandle, make_client
+from perfwatch.brokers.process import listening_addresses
 
 Topic = Callable[[str], str]
 RECEIVE_MS = 10_000  # generous: the machine running the tests may be busy
@@ -327,7 +323,7 @@ def test_broker_orphaned_by_a_killed_parent_is_ended_on_next_start(
     parent_script = (
         "import sys, time\n"
         "from perfwatch.brokers.embedded import EmbeddedBroker\n"
-        "from perfwatch.brokers.brokers import make_client\n"
+        "from perfwatch.brokers.handle import make_client\n"
         "broker = EmbeddedBroker(sys.argv[1]).start()\n"
         "client = make_client(broker.service_url)\n"
         "client.create_producer('kept').send(b'before')\n"

@@ -18,15 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from _pulsar_helpers import drain, drain_concurrently, numbers
-from perfwatch.brokers.brokers import (
-    BrokerError,
-    BrokerHandle,
-    ensure_partitioned_topic,
-    is_loopback,
-    listening_addresses,
-    make_client,
-    readiness_problem,
-)
+from perfwatch.brokers.admin import ensure_partitioned_topic, readiness_problem
+from perfwatch.brokers.handle import BrokerError, BrokerHandle, make_client
+from perfwatch.brokers.process import is_loopback, listening_addresses
 from perfwatch.brokers.standalone import (
     PulsarStandalone,
     StandaloneError,

@@ -22,7 +22,7 @@ from perfwatch.adapters.webhook import (
     forward_verdicts,
     slack_payload,
 )
-from perfwatch.brokers.brokers import BrokerHandle, make_client
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.cli.main import main
 from perfwatch.contract.codec import dumps
 

@@ -23,7 +23,8 @@ from perfwatch.adapters.verdict_feed import (
     is_regression,
     parse_since,
 )
-from perfwatch.brokers.brokers import BrokerHandle, admin_request, make_client
+from perfwatch.brokers.admin import admin_request
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.cli.main import main
 from perfwatch.cli.watch import verdict_line
 from perfwatch.contract.codec import dumps

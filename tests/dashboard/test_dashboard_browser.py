@@ -32,7 +32,7 @@ import uvicorn
 
 from perfwatch.adapters.publisher import Publisher
 from perfwatch.adapters.pulsar import pulsar_processor
-from perfwatch.brokers.brokers import BrokerHandle, make_client
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.config import Config, ConsumerConfig, StoreConfig, TopicsConfig
 from perfwatch.dashboard import queries
 from perfwatch.dashboard.app import DashboardSettings, create_app

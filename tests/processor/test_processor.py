@@ -38,7 +38,8 @@ from _processor_support import (
     without_empty,
 )
 from _verdict_samples import EMITTED_AT, evidence
-from perfwatch.brokers.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.contract.codec import dumps
 from perfwatch.contract.models import Record, SeriesRef, Verdict
 from perfwatch.contract.validation import validate_verdict

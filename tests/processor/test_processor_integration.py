@@ -37,7 +37,9 @@ from _processor_support import (
     without_empty,
 )
 from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication
-from perfwatch.brokers.brokers import BrokerHandle, admin_request, make_client, open_broker
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.admin import admin_request
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.state import StateStore, open_store
 
 TIMEOUT = 300.0

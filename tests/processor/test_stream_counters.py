@@ -28,7 +28,7 @@ from _processor_support import (
     unique_topics,
     verdicts_of_twice_published,
 )
-from perfwatch.brokers.brokers import BrokerHandle
+from perfwatch.brokers.handle import BrokerHandle
 from perfwatch.config import Config, ConfigError, load_config
 from perfwatch.contract.codec import dumps, parse_record
 from perfwatch.contract.models import Record, Verdict

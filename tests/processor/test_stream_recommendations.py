@@ -34,7 +34,7 @@ from _processor_support import (
     verdicts_of_twice_published,
 )
 from perfwatch.adapters.identity import Identity, complete_record
-from perfwatch.brokers.brokers import BrokerHandle, make_client
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.cli.main import main
 from perfwatch.cli.profile import profile_record
 from perfwatch.config import INPUT_CLUSTERING_METHODS, Config, ConfigError, load_config

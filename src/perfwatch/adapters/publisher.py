@@ -122,7 +122,8 @@ class Publisher:
             return
         try:
             if self._client is None:
-                from perfwatch.brokers.brokers import make_client, open_broker
+                from perfwatch.brokers import open_broker
+                from perfwatch.brokers.handle import make_client
 
                 handle = self._resources.enter_context(open_broker(self.pulsar_url))
                 client = make_client(

@@ -1,6 +1,6 @@
 """The processor's ports over Apache Pulsar (`pulsar-client`).
 
-The client is made elsewhere (`perfwatch.brokers.brokers`) and passed in.
+The client is made elsewhere (`perfwatch.brokers`) and passed in.
 """
 
 from __future__ import annotations

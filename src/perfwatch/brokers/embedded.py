@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -34,12 +33,15 @@ from typing import Self
 import pulsar
 from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
-from perfwatch.brokers.brokers import (
-    BrokerError,
+from perfwatch.brokers.handle import BrokerError
+from perfwatch.brokers.process import (
     ChildProcessBroker,
+    command_line,
+    end_process,
     free_loopback_ports,
     is_loopback,
     listening_addresses,
+    parent_pid,
     port_is_free,
     stop_process,
     tail,
@@ -71,24 +73,6 @@ def default_data_dir() -> Path:
     return data_home / "perfwatch" / "embedded"
 
 
-def _cmdline(pid: int) -> list[str] | None:
-    """Arguments of a live process (Linux /proc), or None if there is no such process."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return raw.decode(errors="replace").rstrip("\0").split("\0")
-
-
-def _parent_pid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces; fields after it are fixed.
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
 class _PidFile:
     """The broker.pid record: which process runs the broker on a folder, for whom."""
 
@@ -114,7 +98,7 @@ class _PidFile:
             logger.warning("ignoring unreadable embedded-broker pid file %s", self.path)
             self.remove()
             return None
-        arguments = _cmdline(pid)
+        arguments = command_line(pid)
         # The pid may have been reused: only a pulsar-lite on this data path counts.
         if arguments is None or self.db_path not in arguments:
             self.remove()
@@ -124,7 +108,7 @@ class _PidFile:
 
 def _owned(record: dict[str, int]) -> bool:
     """True while the process that started the broker is its parent and still alive."""
-    return _parent_pid(record["pid"]) == record["owner_pid"]
+    return parent_pid(record["pid"]) == record["owner_pid"]
 
 
 def find_running_broker(data_dir: str | Path | None = None) -> str | None:
@@ -134,21 +118,6 @@ def find_running_broker(data_dir: str | Path | None = None) -> str | None:
     if record is None or not _owned(record):
         return None
     return f"pulsar://127.0.0.1:{record['port']}"
-
-
-def _end_process(pid: int, grace: float) -> None:
-    """SIGTERM a process that is not our child, then SIGKILL it after `grace` seconds."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while _cmdline(pid) is not None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _cmdline(pid) is not None:
-            os.kill(pid, signal.SIGKILL)
-            while _cmdline(pid) is not None:
-                time.sleep(0.05)
-    except ProcessLookupError:
-        return
 
 
 class EmbeddedBroker(ChildProcessBroker):
@@ -239,7 +208,7 @@ class EmbeddedBroker(ChildProcessBroker):
             self.data_dir,
             record["owner_pid"],
         )
-        _end_process(record["pid"], self.stop_grace)
+        end_process(record["pid"], self.stop_grace)
         self._pid_file.remove()
 
     def _wait_until_ready(self) -> None:

@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,14 +28,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
-from perfwatch.brokers.brokers import (
+from perfwatch.brokers.admin import admin_request, readiness_problem
+from perfwatch.brokers.handle import BrokerError
+from perfwatch.brokers.process import (
     LOG_TAIL_LINES,
-    BrokerError,
     ChildProcessBroker,
-    admin_request,
     free_loopback_ports,
+    loopback_interface,
     port_is_free,
-    readiness_problem,
+    resident_bytes,
     stop_process,
     tail,
 )
@@ -183,12 +183,6 @@ def fetch_jars(home: Path | None = None, *, mvn: str = "mvn") -> Path:
     return lib_dir
 
 
-def _loopback_interface() -> str:
-    """Name of the loopback interface, for the bookie's `listeningInterface`."""
-    names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
-    return names[0] if names else "lo"
-
-
 def render_config(template: str, overrides: dict[str, str]) -> str:
     """`template` (a Java properties file) with `overrides` replacing or adding keys."""
     pending = dict(overrides)
@@ -330,7 +324,7 @@ class PulsarStandalone(ChildProcessBroker):
                 "webServicePort": str(web_port),
                 # Without these the bookie takes a random port on all interfaces.
                 "allowEphemeralPorts": "true",
-                "listeningInterface": _loopback_interface(),
+                "listeningInterface": loopback_interface(),
             },
         )
         (run_dir / "standalone.conf").write_text(config)
@@ -476,12 +470,5 @@ class PulsarStandalone(ChildProcessBroker):
         return super().restart(kill=kill)
 
     def rss_bytes(self) -> int | None:
-        """Resident memory of the running JVM (Linux /proc), or None."""
-        if self._process is None:
-            return None
-        try:
-            status = Path(f"/proc/{self._process.pid}/status").read_text()
-        except OSError:
-            return None
-        match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
-        return int(match.group(1)) * 1024 if match else None
+        """Resident memory of the running JVM, or None."""
+        return None if self._process is None else resident_bytes(self._process.pid)

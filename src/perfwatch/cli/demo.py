@@ -100,7 +100,8 @@ def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
     import pulsar
 
     from perfwatch.adapters.pulsar import pulsar_processor as Processor
-    from perfwatch.brokers.brokers import make_client, open_broker
+    from perfwatch.brokers import open_broker
+    from perfwatch.brokers.handle import make_client
     from perfwatch.processor.observability import configure_logging
     from perfwatch.state import open_store
 

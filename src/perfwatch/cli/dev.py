@@ -17,7 +17,8 @@ from types import FrameType
 
 import click
 
-from perfwatch.brokers.brokers import BrokerError, tail
+from perfwatch.brokers.handle import BrokerError
+from perfwatch.brokers.process import tail
 
 
 @click.group()

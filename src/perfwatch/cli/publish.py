@@ -203,7 +203,7 @@ def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> Non
     import pulsar
 
     from perfwatch.adapters.publisher import Publisher, PublishError
-    from perfwatch.brokers.brokers import BrokerError
+    from perfwatch.brokers.handle import BrokerError
 
     publisher = Publisher(
         config.broker.url,

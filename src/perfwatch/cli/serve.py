@@ -37,7 +37,8 @@ def run_processor(config: Config, stop: threading.Event, embedded_dir: Path | No
     """Connect broker and store as configured and process until `stop` is set."""
     from perfwatch.adapters.pulsar import pulsar_processor as Processor
     from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication
-    from perfwatch.brokers.brokers import make_client, open_broker
+    from perfwatch.brokers import open_broker
+    from perfwatch.brokers.handle import make_client
     from perfwatch.processor.observability import ProcessorMetrics
     from perfwatch.state import open_store
 
@@ -117,7 +118,7 @@ def serve(config_path: Path | None, embedded_dir: Path | None, **flags: Any) -> 
     """
     import pulsar
 
-    from perfwatch.brokers.brokers import BrokerError
+    from perfwatch.brokers.handle import BrokerError
     from perfwatch.processor.loop import ProcessorError
     from perfwatch.processor.observability import configure_logging
     from perfwatch.state import StoreError

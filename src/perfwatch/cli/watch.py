@@ -158,7 +158,8 @@ def connected_client(config: Config) -> Iterator[pulsar.Client]:
     """A client of the configured broker; broker failures become one-line errors."""
     import pulsar
 
-    from perfwatch.brokers.brokers import BrokerError, make_client, open_broker
+    from perfwatch.brokers import open_broker
+    from perfwatch.brokers.handle import BrokerError, make_client
 
     where = config.broker.url or "the embedded broker"
     try:

@@ -61,7 +61,7 @@ def test_ttest_by_hand():
     )
     # and it is what Otava's pipeline computes: the same t statistic, and the
     # p-value from the project's own Student t tail, not scipy's (see
-    # tests/test_student_t.py for how close the two are)
+    # tests/detectors/test_student_t.py for how close the two are)
     ref = stats.ttest_ind_from_stats(2.0, s, 3, 6.0, s, 3)
     assert ref.statistic == (2.0 - 6.0) / math.sqrt(svar * (1 / 3 + 1 / 3))
     assert K.ttest_p(2.0, s, 3, 6.0, s, 3, 0.0) == pytest.approx(ref.pvalue, rel=1e-13)

@@ -1,7 +1,7 @@
-"""Reading the verdicts topic: which verdicts a reader wants, and one line for each.
+"""Reading the verdicts topic: which verdicts a reader wants, and a summary of each.
 
-Shared by `perfwatch watch` (prints the lines) and `perfwatch forward` (posts
-them to a webhook). Verdicts are handled as decoded JSON documents so that a
+Shared by `perfwatch watch` (prints a line per summary), `perfwatch forward` (posts
+them to a webhook) and the dashboard. Verdicts are handled as decoded JSON documents so that a
 verdict from a newer perfwatch with extra fields is still shown.
 """
 

@@ -3,7 +3,7 @@
 pulsar-lite (PyPI ``pulsar-lite``) ships a small Rust broker that speaks the Pulsar
 binary protocol, so perfwatch uses the same `pulsar-client` code against it as
 against Apache Pulsar. What it does and does not support is measured in
-tests/test_embedded_broker.py and summarised in docs/brokers.md.
+tests/brokers/test_embedded_broker.py and summarised in docs/brokers.md.
 
 Layout of the data folder (default ``~/.local/share/perfwatch/embedded``)::
 

@@ -33,7 +33,7 @@ class BrokerHandle:
     @property
     def supports_key_shared(self) -> bool:
         # pulsar-lite 0.2.0 stalls deliveries and sticks keys after negative acks on
-        # Key_Shared (measured in tests/test_embedded_broker.py); real Pulsar does not.
+        # Key_Shared (measured in tests/brokers/test_embedded_broker.py); real Pulsar does not.
         return self.kind != "embedded"
 
     def subscription_type(self) -> pulsar.ConsumerType:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from perfwatch.stream.verdicts import VerdictPolicy
+from perfwatch.contract.verdicts import VerdictPolicy
 
 DIRECTIONS = ("higher_is_better", "lower_is_better")
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -15,7 +15,7 @@ import orjson
 
 from perfwatch.cli.errors import EXIT_FOUND, EXIT_OK, InputError
 from perfwatch.cli.options import output_format_option
-from perfwatch.formats.errors import SourceError
+from perfwatch.readers.errors import SourceError
 
 # The check (statsmodels, scipy, scikit-learn) is imported when it runs, not for --help.
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ def compare(
 
 
 def _runs(files: Sequence[str]) -> list[CounterSamples]:
-    from perfwatch.formats.counter_csv import read_counter_runs
+    from perfwatch.readers.counter_csv import read_counter_runs
 
     return [run for file in files for run in read_counter_runs(Path(file))]
 

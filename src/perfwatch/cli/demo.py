@@ -100,9 +100,10 @@ def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
     import pulsar
 
     from perfwatch.adapters.pulsar import pulsar_processor
+    from perfwatch.brokers import open_broker
+    from perfwatch.brokers.handle import make_client
     from perfwatch.processor.observability import configure_logging
-    from perfwatch.store import open_store
-    from perfwatch.stream.brokers import make_client, open_broker
+    from perfwatch.state import open_store
 
     configure_logging("text", "error")  # the summary lists the dead letters
     base = Config()

@@ -13,10 +13,10 @@ import orjson
 from perfwatch._optional import require
 from perfwatch.cli.errors import InputError
 from perfwatch.cli.options import output_format_option
+from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.input_attributes import ATTRIBUTES, CLUSTER_ATTRIBUTES, METHODS, NOISE
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.input_profile import InputProfileFile, read_input_profile
-from perfwatch.records import InputProfile
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
 if TYPE_CHECKING:
     from perfwatch.detectors.input_attributes import TimeAttribute

@@ -34,7 +34,7 @@ def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
     from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication
     from perfwatch.cli.broker import connected_broker
     from perfwatch.processor.observability import ProcessorMetrics
-    from perfwatch.store import open_store
+    from perfwatch.state import open_store
 
     broker_config = config.broker
     observability = config.observability
@@ -136,7 +136,7 @@ def serve(
     """
     from perfwatch.processor.loop import ProcessorError
     from perfwatch.processor.observability import configure_logging
-    from perfwatch.store import StoreError, StoreUnavailable
+    from perfwatch.state import StoreError, StoreUnavailable
 
     overrides = {
         **broker_settings,

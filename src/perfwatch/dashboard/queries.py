@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from perfwatch.adapters.verdict_feed import summary_fields
+from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
 from perfwatch.detectors.inputs import InputClustering, input_table
 from perfwatch.processor.handlers import baseline_key
 from perfwatch.processor.recommendations import INPUT_BASELINE_NAMESPACE
-from perfwatch.publishers.verdict_feed import summary_fields
-from perfwatch.records import InputProfile
-from perfwatch.store import OutboxEntry, Point, SeriesKey, StateStore
+from perfwatch.state import OutboxEntry, Point, SeriesKey, StateStore
 
 COUNTER_KINDS = ("counter_regression.detected", "counter_check.passed")
 RECOMMENDATION_KIND = "recommendation"

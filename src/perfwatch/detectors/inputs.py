@@ -44,7 +44,7 @@ from perfwatch.detectors.input_attributes import (
 
 class Profile(Protocol):
     """An input's profile as the recommender reads it: its id, and each of ATTRIBUTES
-    by name (``perfwatch.records.InputProfile`` is one)."""
+    by name (``perfwatch.contract.models.InputProfile`` is one)."""
 
     @property
     def input_id(self) -> str: ...

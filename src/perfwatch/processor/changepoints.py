@@ -15,18 +15,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from perfwatch.config import Config
+from perfwatch.contract.models import ChangePointEvidence, Record, SeriesRef, Verdict
+from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
+from perfwatch.contract.verdicts import diff_change_points, make_verdict, shift_after_insert
 from perfwatch.detectors.analyzer import SeriesAnalyzer
 from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams, classify_direction
-from perfwatch.records import (
-    ChangePointEvidence,
-    Record,
-    SeriesRef,
-    Verdict,
-    format_rfc3339,
-    parse_rfc3339,
-)
-from perfwatch.store import Point, SeriesKey, SeriesState, StoreTransaction
-from perfwatch.stream.verdicts import diff_change_points, make_verdict, shift_after_insert
+from perfwatch.state import Point, SeriesKey, SeriesState, StoreTransaction
 
 # Decoded analyzers kept between records (LRU); a series' saved state is
 # decoded again only when another processor changed it or it was evicted.

@@ -45,11 +45,11 @@ import numpy as np
 import orjson
 
 from perfwatch.config import Config
+from perfwatch.contract.models import Record, SeriesRef, Verdict
+from perfwatch.contract.verdicts import DETECTED, UPDATED
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
 from perfwatch.processor.handlers import record_baseline
-from perfwatch.records import Record, SeriesRef, Verdict
-from perfwatch.store import StoreTransaction
-from perfwatch.stream.verdicts import DETECTED, UPDATED
+from perfwatch.state import StoreTransaction
 
 log = logging.getLogger("perfwatch.counterchecks")
 

@@ -41,6 +41,7 @@ from typing import Any, Final, cast
 import orjson
 
 from perfwatch.config import Config
+from perfwatch.contract.models import InputProfile, Record, SeriesRef, Verdict
 from perfwatch.detectors.inputs import (
     InputClustering,
     Method,
@@ -50,8 +51,7 @@ from perfwatch.detectors.inputs import (
     sample_inputs,
 )
 from perfwatch.processor.handlers import record_baseline
-from perfwatch.records import InputProfile, Record, SeriesRef, Verdict
-from perfwatch.store import StoreTransaction
+from perfwatch.state import StoreTransaction
 
 log = logging.getLogger("perfwatch.recommendations")
 

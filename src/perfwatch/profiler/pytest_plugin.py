@@ -131,7 +131,7 @@ class ProfilingSession:
         return True
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from perfwatch.formats.input_profile import InputProfileFile, write_input_profile
+        from perfwatch.readers.input_profile import InputProfileFile, write_input_profile
 
         if not self.profiles:
             return

@@ -121,8 +121,14 @@ def ensure_partitioned_topic(
         )
     name = full_topic_name(topic)
     path = "/admin/v2/persistent/" + name.removeprefix(_PERSISTENT_PREFIX) + "/partitions"
-    options = {"auth_token": auth_token, "tls_trust_certs_file": tls_trust_certs_file}
-    status, body = admin_request(broker.admin_url, "PUT", path, body=partitions, **options)
+    status, body = admin_request(
+        broker.admin_url,
+        "PUT",
+        path,
+        body=partitions,
+        auth_token=auth_token,
+        tls_trust_certs_file=tls_trust_certs_file,
+    )
     if status in (200, 204):
         return name
     if status != 409:
@@ -130,7 +136,13 @@ def ensure_partitioned_topic(
             f"creating partitioned topic {name} at {broker.admin_url} failed: "
             f"HTTP {status} {body.decode(errors='replace').strip()}"
         )
-    status, body = admin_request(broker.admin_url, "GET", path, **options)
+    status, body = admin_request(
+        broker.admin_url,
+        "GET",
+        path,
+        auth_token=auth_token,
+        tls_trust_certs_file=tls_trust_certs_file,
+    )
     if status != 200:
         raise BrokerError(
             f"topic {name} exists but its partition count could not be read: "

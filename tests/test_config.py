@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from perfwatch.config import (
-    _SCALAR_SECTIONS,
+    SECTIONS,
     Config,
     ConfigError,
     load_config,
@@ -41,8 +40,8 @@ def test_example_file_documents_every_key_with_its_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     document = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
-    for section, section_cls in _SCALAR_SECTIONS.items():
-        assert set(document[section]) == {f.name for f in fields(section_cls)}, section
+    for section, section_cls in SECTIONS.items():
+        assert set(document[section]) == set(section_cls.model_fields), section
     monkeypatch.chdir(tmp_path)
     env = {"XDG_DATA_HOME": str(tmp_path)}
     from_example = load_config(EXAMPLE, env=env)
@@ -51,7 +50,7 @@ def test_example_file_documents_every_key_with_its_default(
 
     documented = {k: v for k, v in EDivisiveParams().to_dict().items() if v is not None}
     assert from_example.analyzer == documented
-    for section in _SCALAR_SECTIONS:
+    for section in SECTIONS:
         assert getattr(from_example, section) == getattr(from_defaults, section), section
 
 
@@ -157,16 +156,16 @@ def test_directions_first_matching_pattern_wins(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[broker]\nurll = 'x'\n", "unknown key 'urll'"),
+        ("[broker]\nurll = 'x'\n", "[broker] urll: unknown key"),
         ("[brokers]\nurl = 'x'\n", "[brokers]: unknown section"),
-        ("[consumer]\nbatch_size = 'many'\n", "batch_size: expected int, got 'many'"),
-        ("[consumer]\nbatch_size = 0\n", "consumer.batch_size: must be at least 1"),
+        ("[consumer]\nbatch_size = 'many'\n", '[consumer] batch_size = "many": must be a valid'),
+        ("[consumer]\nbatch_size = 0\n", "[consumer] batch_size = 0: must be greater than 0"),
         ("[analyzer]\nwindow = 3\n", "[analyzer]: unknown E-Divisive parameter(s): window"),
         ("[analyzer]\nmax_pvalue = -2.0\n", "[analyzer]: max_pvalue must be a finite number"),
         ("[[analyzer.rules]]\ntest = 'a'\nwindow_len = 1\n", "analyzer.rules[0]: window_len"),
         ("[directions]\nlatency = 'down'\n", "directions.latency: expected one of"),
-        ("[store]\nurl = 'mysql://x'\n", "store.url: expected sqlite:///PATH"),
-        ("[observability]\nlog_format = 'xml'\n", "log_format: expected 'text' or 'json'"),
+        ("[store]\nurl = 'mysql://x'\n", '[store] url = "mysql://x": expected sqlite:///PATH'),
+        ("[observability]\nlog_format = 'xml'\n", "log_format = \"xml\": must be 'text' or 'json'"),
         ("[broker\n", "invalid TOML"),
     ],
 )
@@ -175,12 +174,11 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: st
     with pytest.raises(ConfigError) as raised:
         load_config(path, env={})
     assert message in str(raised.value)
-    if "url" not in text and "batch_size = 0" not in text and "log_format" not in text:
-        assert str(path) in str(raised.value)
+    assert str(path) in str(raised.value)
 
 
-def test_bad_environment_value_names_the_variable_section(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"environment: \[consumer\] max_redeliveries"):
+def test_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^PERFWATCH_CONSUMER_MAX_REDELIVERIES=lots: must be"):
         load_config(write(tmp_path, ""), env={"PERFWATCH_CONSUMER_MAX_REDELIVERIES": "lots"})
 
 

@@ -393,27 +393,15 @@ def toml_text(value: Any) -> str:
 
 
 def test_configuration_reference_lists_every_key_with_its_default() -> None:
-    from dataclasses import fields
-
-    from perfwatch.config import Config
+    from perfwatch.config import SECTIONS, Config
     from perfwatch.detectors.edivisive import EDivisiveParams
 
     config = Config()
     expected = {}
-    for section in (
-        "broker",
-        "topics",
-        "consumer",
-        "store",
-        "series",
-        "verdicts",
-        "observability",
-        "recommendation",
-        "counters",
-    ):
+    for section, model in SECTIONS.items():
         values = getattr(config, section)
-        for spec in fields(values):
-            expected[f"{section}.{spec.name}"] = toml_text(getattr(values, spec.name))
+        for name in model.model_fields:
+            expected[f"{section}.{name}"] = toml_text(getattr(values, name))
     for name, value in EDivisiveParams().to_dict().items():
         expected[f"analyzer.{name}"] = toml_text(value)
     documented = documented_defaults()

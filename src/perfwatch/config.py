@@ -31,9 +31,10 @@ from pydantic import (
     model_validator,
 )
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, TomlConfigSettingsSource
 
 if TYPE_CHECKING:
+    from pydantic.config import JsonDict
+
     from perfwatch.stream.verdicts import VerdictPolicy
 
 Direction = Literal["higher_is_better", "lower_is_better"]
@@ -80,7 +81,7 @@ def setting(default: Any, description: str, *, unset: str | None = None, **const
     `unset` says what the empty default stands for ("the embedded broker"); it is
     what help texts and the reference table show instead of the empty value.
     """
-    extra = {"unset": unset} if unset is not None else None
+    extra: JsonDict | None = {"unset": unset} if unset is not None else None
     return Field(default, description=description, json_schema_extra=extra, **constraints)
 
 
@@ -346,47 +347,42 @@ def setting_keys() -> list[str]:
 def unset_meaning(info: FieldInfo) -> str | None:
     """What the setting's empty default stands for, if it says."""
     extra = info.json_schema_extra
-    return extra.get("unset") if isinstance(extra, dict) else None  # type: ignore[return-value]
+    unset = extra.get("unset") if isinstance(extra, dict) else None
+    return unset if isinstance(unset, str) else None
 
 
 # --- the layers -------------------------------------------------------------------------------
 
 
-class _Layers(BaseSettings):
-    """The settings class the sources read for: every section, and the file-only tables."""
-
-    model_config = ConfigDict(extra="allow")  # type: ignore[assignment]
-
-
-class EnvironmentSource(PydanticBaseSettingsSource):
-    """`PERFWATCH_<SECTION>_<KEY>` variables of the declared settings, as raw strings."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        super().__init__(_Layers)
-        self.env = env
-        self.names: dict[tuple[str, str], str] = {}
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        raise NotImplementedError  # the sections are read whole, by __call__
-
-    def __call__(self) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for key in setting_keys():
-            section, _, name = key.partition(".")
-            variable = f"{ENV_PREFIX}{section}_{name}".upper()
-            if variable in self.env:
-                values.setdefault(section, {})[name] = self.env[variable]
-                self.names[(section, name)] = variable
-        return values
+def _environment_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
+    """The `PERFWATCH_<SECTION>_<KEY>` variables of the declared settings, as raw strings,
+    and the variable of each (section, key) found."""
+    values: dict[str, Any] = {}
+    names: dict[tuple[str, str], str] = {}
+    for key in setting_keys():
+        section, _, name = key.partition(".")
+        variable = f"{ENV_PREFIX}{section}_{name}".upper()
+        if variable in env:
+            values.setdefault(section, {})[name] = env[variable]
+            names[(section, name)] = variable
+    return values, names
 
 
 def _read_file(path: Path, explicit: bool) -> dict[str, Any]:
+    """The TOML file's tables, read by pydantic-settings (imported here: `--help` needs none
+    of it)."""
+    from pydantic_settings import BaseSettings, TomlConfigSettingsSource
+
     if not path.exists():
         if explicit:
             raise ConfigError(f"{path}: configuration file not found")
         return {}
+
+    class Tables(BaseSettings):
+        """Read for nothing in particular: the tables are taken whole and checked by Config."""
+
     try:
-        source = TomlConfigSettingsSource(_Layers, toml_file=path)
+        source = TomlConfigSettingsSource(Tables, toml_file=path)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: invalid TOML: {err}") from None
     return dict(source.toml_data)
@@ -503,7 +499,7 @@ def load_config(
     file_path = Path(path if path is not None else env.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE))
     document = _read_file(file_path, explicit)
     tables = _file_tables(document, str(file_path))
-    environment = EnvironmentSource(env)
+    environment, env_names = _environment_layer(env)
     flags: dict[str, dict[str, Any]] = {}
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
@@ -515,13 +511,13 @@ def load_config(
     merged: dict[str, Any] = {}
     origins = _Origins()
     origins.merge(merged, document, "file", str(file_path))
-    origins.merge(merged, environment(), "environment", "environment")
+    origins.merge(merged, environment, "environment", "environment")
     origins.merge(merged, flags, "flags", "command line")
     try:
         config = Config.model_validate({**merged, **tables})
     except ValidationError as error:
         first = error.errors()[0]
-        raise ConfigError(origins.describe(first, environment.names)) from None
+        raise ConfigError(origins.describe(first, env_names)) from None
     return _fill_derived_defaults(config, env)
 
 

@@ -411,3 +411,14 @@ def test_configuration_reference_lists_every_key_with_its_default() -> None:
             assert documented[key].startswith("*("), key
         else:
             assert documented[key] == text, key
+
+
+def test_configuration_reference_rows_come_from_the_declarations() -> None:
+    """docs/deploy.md's settings rows are those scripts/config_reference.py writes."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "config_reference.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

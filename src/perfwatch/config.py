@@ -172,7 +172,7 @@ class StoreConfig(Section):
     url: str = setting(
         "",
         "State store: sqlite:///PATH or postgresql://...",
-        unset="sqlite:///~/.local/share/perfwatch/state.db",
+        unset="sqlite:///$XDG_DATA_HOME/perfwatch/state.db",
     )
 
     @field_validator("url")
@@ -216,7 +216,7 @@ class VerdictsConfig(Section):
 class ObservabilityConfig(Section):
     metrics_host: str = setting("127.0.0.1", "Address /metrics listens on.")
     metrics_port: int = setting(
-        0, "Serve Prometheus /metrics on this port.", unset="0: none", ge=0, le=65535
+        0, "Serve Prometheus /metrics on this port (0: none).", ge=0, le=65535
     )
     log_format: Literal["text", "json"] = setting(
         "text", "Format of perfwatch's log lines (json: one object per line)."
@@ -259,7 +259,9 @@ class CountersConfig(Section):
         0.30, "Prediction error (beyond a cluster's usual error) that flags a regression.", gt=0
     )
     calibrate: bool = setting(
-        False, "Replace the threshold with one calibrated on the baseline runs (leave-one-out)."
+        False,
+        "Replace the threshold with one calibrated on the stored baseline runs "
+        "(leave-one-out, + 5 points; docs/counters-stream.md).",
     )
     publish_passed: bool = setting(False, "Also publish counter_check.passed verdicts.")
     block: int = setting(10, "Samples per block for the models and errors.", ge=1)

@@ -194,3 +194,41 @@ def test_explicit_missing_file_is_an_error(tmp_path: Path) -> None:
 
 def test_defaults_are_a_valid_config() -> None:
     assert isinstance(Config(), Config)
+
+
+def test_errors_say_where_the_value_came_from(tmp_path: Path) -> None:
+    path = write(tmp_path, "[consumer]\nbatch_size = -3\n")
+    cases = [
+        ({}, {}, f"{path}: [consumer] batch_size = -3: must be greater than 0"),
+        ({"PERFWATCH_CONSUMER_BATCH_SIZE": "-3"}, {}, "PERFWATCH_CONSUMER_BATCH_SIZE=-3: must be"),
+        ({}, {"consumer.batch_size": 0}, "command line: [consumer] batch_size = 0: must be"),
+    ]
+    for env, overrides, message in cases:
+        with pytest.raises(ConfigError) as raised:
+            load_config(path, env=env, overrides=overrides)
+        assert str(raised.value).startswith(message)
+    with pytest.raises(ConfigError, match=r"^--batch 0: must be greater than 0$"):
+        load_config(
+            path,
+            env={},
+            overrides={"consumer.batch_size": 0},
+            flag_names={"consumer.batch_size": "--batch"},
+        )
+    write(tmp_path, "[consumer]\nbach_size = 3\n")
+    with pytest.raises(
+        ConfigError, match=r"^.*perfwatch.toml: \[consumer\] bach_size: unknown key$"
+    ):
+        load_config(path, env={})
+
+
+def test_flags_get_help_type_and_default_from_the_declarations() -> None:
+    from perfwatch.cli.serve import serve
+
+    options = {param.opts[0]: param for param in serve.params}
+    port = options["--metrics-port"]
+    assert port.help == "Serve Prometheus /metrics on this port (0: none)."
+    assert port.type.to_info_dict()["min"] == 0 and port.type.to_info_dict()["max"] == 65535
+    assert options["--log-format"].type.to_info_dict()["choices"] == ("text", "json")
+    assert options["--subscription"].show_default == (
+        "consumer.subscription in the config, else perfwatch"
+    )

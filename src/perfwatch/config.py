@@ -470,14 +470,16 @@ class _Origins:
                 into[section] = table
             self.where.setdefault((section,), (kind, source))
 
-    def describe(self, error: Mapping[str, Any], env_names: Mapping[tuple[str, str], str]) -> str:
+    def describe(self, error: Mapping[str, Any], names: Mapping[tuple[str, str], str]) -> str:
         loc = tuple(str(part) for part in error["loc"])
         reason = _reason(error)
         section = loc[0] if loc else ""
         key = loc[1] if len(loc) > 1 else ""
         kind, source = self.where.get(loc[:2], self.where.get(loc[:1], ("", "defaults")))
-        if kind == "environment" and (section, key) in env_names:
-            return f"{env_names[(section, key)]}={error['input']}: {reason}"
+        if kind == "environment" and (section, key) in names:
+            return f"{names[(section, key)]}={error['input']}: {reason}"
+        if kind == "flags" and (section, key) in names:
+            return f"{names[(section, key)]} {error['input']}: {reason}"
         if not key:
             return f"{source}: [{section}]: {reason}"
         if error["type"] == "extra_forbidden":
@@ -489,19 +491,24 @@ def load_config(
     path: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    flag_names: Mapping[str, str] | None = None,
 ) -> Config:
     """Build the configuration from defaults, a TOML file, the environment and flags.
 
     `path` None means `$PERFWATCH_CONFIG`, else `./perfwatch.toml` when it exists.
     `overrides` maps "section.key" to a flag's value; None values are ignored so
-    unset flags do not mask the file or the environment.
+    unset flags do not mask the file or the environment. `flag_names` maps
+    "section.key" to the flag that set it, for error messages.
     """
     env = os.environ if env is None else env
     explicit = path is not None or CONFIG_ENV_VAR in env
     file_path = Path(path if path is not None else env.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE))
     document = _read_file(file_path, explicit)
     tables = _file_tables(document, str(file_path))
-    environment, env_names = _environment_layer(env)
+    environment, names = _environment_layer(env)
+    for dotted, flag in (flag_names or {}).items():
+        section, _, key = dotted.partition(".")
+        names[(section, key)] = flag
     flags: dict[str, dict[str, Any]] = {}
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
@@ -519,7 +526,7 @@ def load_config(
         config = Config.model_validate({**merged, **tables})
     except ValidationError as error:
         first = error.errors()[0]
-        raise ConfigError(origins.describe(first, env_names)) from None
+        raise ConfigError(origins.describe(first, names)) from None
     return _fill_derived_defaults(config, env)
 
 

@@ -84,8 +84,8 @@ def _shown_default(key: str, info: FieldInfo) -> str:
 
 
 def _remember_setting(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    def remember(context: click.Context, _: click.Parameter, value: Any) -> Any:
-        context.meta.setdefault(SETTINGS_META_KEY, {})[key] = value
+    def remember(context: click.Context, option: click.Parameter, value: Any) -> Any:
+        context.meta.setdefault(SETTINGS_META_KEY, {})[key] = (option.opts[0], value)
         return value
 
     return remember
@@ -142,7 +142,11 @@ def load_command_config(config_path: Path | str | None) -> Config:
 
     flags = click.get_current_context().meta.get(SETTINGS_META_KEY, {})
     try:
-        config = load_config(config_path, overrides=flags)
+        config = load_config(
+            config_path,
+            overrides={key: value for key, (_, value) in flags.items()},
+            flag_names={key: flag for key, (flag, _) in flags.items()},
+        )
     except ConfigError as error:
         raise InputError(str(error)) from None
     append_to_stderr()  # the Pulsar client's log lines may be written there

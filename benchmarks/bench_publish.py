@@ -30,9 +30,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pulsar
 
-from perfwatch.publishers.publisher import Publisher
-from perfwatch.records import dumps, format_rfc3339
-from perfwatch.stream.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.adapters.publisher import Publisher
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.handle import BrokerHandle, make_client
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.timestamps import format_rfc3339
 
 
 def make_records(count: int, tests: int, seed: int) -> list[dict]:

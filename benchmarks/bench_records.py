@@ -26,16 +26,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from perfwatch import records
-from perfwatch.records import (
-    Record,
-    Verdict,
-    format_rfc3339,
-    parse_record,
-    parse_verdict,
-    validate_record,
-    validate_verdict,
-)
+from perfwatch.contract import codec, validation
+from perfwatch.contract.codec import parse_record, parse_verdict
+from perfwatch.contract.models import Record, Verdict
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import validate_record, validate_verdict
 
 
 def typical_record(rng: np.random.Generator) -> dict[str, Any]:
@@ -49,7 +44,7 @@ def typical_record(rng: np.random.Generator) -> dict[str, Any]:
         else:
             metrics[name] = float(value)
     return {
-        "schema": records.RECORD_SCHEMA,
+        "schema": validation.RECORD_SCHEMA,
         "test": "suite/parser.large_file",
         "run_id": "ci-8812",
         "commit": "3f2a9c1d" * 5,
@@ -126,7 +121,7 @@ def change_point(index: int) -> dict[str, Any]:
 def updated_verdict() -> dict[str, Any]:
     """A change point that moved: the verdict with the most evidence."""
     return {
-        "schema": records.VERDICT_SCHEMA,
+        "schema": validation.VERDICT_SCHEMA,
         "verdict_id": "0123456789abcdef" * 2,
         "kind": "change_point.updated",
         "emitted_at": "2024-05-01T02:00:05Z",
@@ -142,23 +137,23 @@ def updated_verdict() -> dict[str, Any]:
     }
 
 
-def reference_validate(name: str) -> Callable[[Any], list[records.Problem]]:
-    def validate(doc: Any) -> list[records.Problem]:
-        return records._all_problems(doc, name, check_finite=True)
+def reference_validate(name: str) -> Callable[[Any], list[validation.Problem]]:
+    def validate(doc: Any) -> list[validation.Problem]:
+        return validation._all_problems(doc, name, check_finite=True)
 
     return validate
 
 
 def reference_parse_record(data: bytes) -> Record:
-    doc = records.loads(data)
-    if records._all_problems(doc, "record", check_finite=False):
+    doc = codec.loads(data)
+    if validation._all_problems(doc, "record", check_finite=False):
         raise AssertionError("the benchmark documents are valid")
     return Record._build(doc)
 
 
 def reference_parse_verdict(data: bytes) -> Verdict:
-    doc = records.loads(data)
-    if records._all_problems(doc, "verdict", check_finite=False):
+    doc = codec.loads(data)
+    if validation._all_problems(doc, "verdict", check_finite=False):
         raise AssertionError("the benchmark documents are valid")
     return Verdict._build(doc)
 

@@ -46,11 +46,13 @@ import orjson
 import psycopg
 import pulsar
 
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.handle import BrokerHandle, make_client
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.detectors.analyzer import SeriesAnalyzer
 from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
-from perfwatch.records import RECORD_SCHEMA, format_rfc3339
-from perfwatch.store import SeriesKey, open_store
-from perfwatch.stream.brokers import BrokerHandle, make_client, open_broker
+from perfwatch.state import SeriesKey, open_store
 
 STEP = 1.08  # the level after a history's final step
 NOISE = 0.01
@@ -399,7 +401,7 @@ def _collect(
 def _wait_for_subscribers(
     broker: BrokerHandle, topic: str, subscription: str, processes: list, logs: list[Path]
 ) -> None:
-    from perfwatch.stream.brokers import admin_request
+    from perfwatch.brokers.admin import admin_request
 
     path = "/admin/v2/" + topic.replace("://", "/", 1) + "/stats"
     deadline = time.monotonic() + 120

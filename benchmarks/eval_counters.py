@@ -1,4 +1,4 @@
-"""Seed-style evaluation of the clustered-counter regression check.
+"""Evaluation of the clustered-counter regression check in the manner of Shang et al.
 
 Repeats the design of Shang et al. (ICPE 2015, sections 5-7) on generated counter data
 shaped like their Dell DVD Store (DS2) study, and prints their Table 4 (prediction error
@@ -7,10 +7,10 @@ one model for a fixed counter (CPU, then memory) and a statistical test on every
 
     python benchmarks/eval_counters.py [--seed 2015] [--robustness N] [--set NAME=VALUE] [--json]
 
-Design (the seed's Table 3): five good runs; "no regression i" checks good run i against
+Design (their Table 3): five good runs; "no regression i" checks good run i against
 a baseline of the other four; "regression X" checks the run with injected regression X
 against all five; a noisy-but-good run is checked like a regression. Thresholds: the
-fixed 30% of the seed, and one calibrated from good runs only (leave-one-out; for a good
+fixed 30% of the paper, and one calibrated from good runs only (leave-one-out; for a good
 run, calibrated on the other good runs alone, so no run judges itself).
 
 The generator (seeded; every trait below is in every run):
@@ -41,9 +41,9 @@ Traits of real counter data (docs/counters.md), all present:
     the process object is unavailable in another 0.3%, 0.02% of single cells are blank;
     runs differ in length (560-640 samples).
 
-Injected regressions (the seed's A-E, plus one that changes only a relationship):
+Injected regressions (the paper's A-E, plus one that changes only a relationship):
   A memory: each request allocates 2.2x as much and the live set is 6% larger
-    (the seed's memory regression used only 3% more memory);
+    (the paper's memory regression used only 3% more memory);
   B CPU: 60% more user CPU per request;
   C database, column index removed: browse queries 1 + 3 x mix times slower;
   D database, text index removed: search results 3x larger and 1.5x slower;
@@ -336,7 +336,7 @@ def generate_study(seed: int = 2015, good_runs: int = 5) -> Study:
 # --- the approaches compared -------------------------------------------------------------
 
 MARGIN = 0.05  # calibrated threshold = largest good-run score + this (the detector's default)
-FIXED_THRESHOLD = 0.30  # the seed's example threshold
+FIXED_THRESHOLD = 0.30  # Shang et al.'s example threshold
 ALPHA = 0.05  # per-counter tests: family-wise level, Bonferroni-corrected
 BLOCK = 10  # samples per block, as the detector's default
 TRIM = 0.2  # share of the worst blocks left out of an error, as the detector's default
@@ -349,7 +349,7 @@ def clustered(
 
 
 def seed_literal(baseline: Sequence[CounterSamples], target: CounterSamples) -> float:
-    """The seed's steps read literally: the largest raw prediction error."""
+    """Shang et al.'s steps read literally: the largest raw prediction error."""
     return CounterRegressionCheck.seed_literal().fit(baseline).check(target).max_error or 0.0
 
 
@@ -418,7 +418,7 @@ Score = Callable[[Sequence[CounterSamples], CounterSamples], float]
 
 
 def calibrated_threshold(score: Score, good_runs: Sequence[CounterSamples]) -> float:
-    """The seed's advice, made leave-one-out as the detector's ``calibrate`` does: each
+    """Shang et al.'s advice, made leave-one-out as the detector's ``calibrate`` does: each
     good run scored against the others; the largest score plus MARGIN."""
     scores = [
         score([r for j, r in enumerate(good_runs) if j != i], run)
@@ -432,7 +432,7 @@ def calibrated_threshold(score: Score, good_runs: Sequence[CounterSamples]) -> f
 
 @dataclass(frozen=True)
 class Row:
-    """One run of the approach (a line of the seed's Table 3)."""
+    """One run of the approach (a line of Shang et al.'s Table 3)."""
 
     name: str
     kind: str  # "good", "noisy" or "regression"
@@ -443,7 +443,7 @@ class Row:
 
 
 def design(study: Study) -> list[Row]:
-    """The seed's ten runs (Table 3), plus the noisy-but-good run."""
+    """Shang et al.'s ten runs (their Table 3), plus the noisy-but-good run."""
     rows = []
     for i, run in enumerate(study.good):
         others = [r for j, r in enumerate(study.good) if j != i]
@@ -583,7 +583,7 @@ def render(evaluation: dict, seed: int) -> str:
     lines = [
         f"Clustered-counter check on generated DS2-like counters (generator seed {seed})",
         "",
-        "Table 4 of the seed: prediction error of each cluster's model (in parentheses: in",
+        "Table 4 of Shang et al.: prediction error of each cluster's model (in parentheses: in",
         "excess of the same model's usual error on held-out good runs, which is what the",
         "threshold judges); the largest excess per run; the threshold calibrated on good runs",
         "only (leave-one-out, never on the run judged).",
@@ -603,7 +603,7 @@ def render(evaluation: dict, seed: int) -> str:
     if "seed literal" in rows[0]:
         lines += [
             "",
-            "Against the traditional approaches (the seed's section 7): largest score per run",
+            "Against the traditional approaches (Shang et al., section 7): largest score per run",
             "and whether it flags (* = flagged at the calibrated threshold, + = at the fixed",
             "30%). Per-counter KS: counters that differ at the Bonferroni-corrected 5% level.",
             "",

@@ -1,4 +1,6 @@
-"""Run-or-skip evaluation on a real service, shaped like the CERN CMS case (seed 002).
+"""Run-or-skip evaluation on a real service, shaped like the CERN CMS case of Javed,
+Singh, Reger and Toor, "To test, or not to test: A proactive approach for deciding
+complete performance test initiation".
 
 The service is examples/config_service (a conditions uploader). Its generated
 payloads are profiled on the baseline code, clustered, and then two real code

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from perfwatch.formats.jsonl import write_records
-from perfwatch.records import MetricValue, Record, format_rfc3339
+from perfwatch.contract.models import MetricValue, Record
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.readers.jsonl import write_records
 
 SEED = 20240101
 RUNS = 120

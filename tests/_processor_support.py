@@ -22,13 +22,14 @@ import pulsar
 import pytest
 
 from perfwatch.adapters.pulsar import pulsar_processor
+from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.config import Config
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
 from perfwatch.processor.loop import Processor
 from perfwatch.processor.observability import ProcessorMetrics
-from perfwatch.records import RECORD_SCHEMA, format_rfc3339
-from perfwatch.store import SeriesKey, StateStore
-from perfwatch.stream.brokers import BrokerHandle, make_client
+from perfwatch.state import SeriesKey, StateStore
 
 T0 = datetime(2024, 1, 1, 2, 0, tzinfo=UTC)
 POSTGRES_URL_ENV = "PERFWATCH_TEST_POSTGRES_URL"

@@ -8,12 +8,8 @@ from typing import Any
 
 import orjson
 
-from perfwatch.records import (
-    ChangePointEvidence,
-    SeriesRef,
-    Verdict,
-    validate_verdict,
-)
+from perfwatch.contract.models import ChangePointEvidence, SeriesRef, Verdict
+from perfwatch.contract.validation import validate_verdict
 
 EMITTED_AT = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 COMMIT = "abc1234def5678900000000000000000000000000"

@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from otava_reference import OtavaReference, ReferenceUnavailable
-from perfwatch.stream.brokers import BrokerHandle, open_broker
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.handle import BrokerHandle
 
 EXTERNAL_URL_ENV = "PERFWATCH_TEST_PULSAR_URL"
 EXTERNAL_ADMIN_ENV = "PERFWATCH_TEST_PULSAR_ADMIN_URL"
@@ -49,7 +50,7 @@ def _docker_engine_answers() -> bool:
 
 
 def _missing_standalone_tools() -> list[str]:
-    from perfwatch.stream.standalone import jars_ready
+    from perfwatch.brokers.standalone import jars_ready
 
     missing = [] if shutil.which("java") else ["java (Java 17+)"]
     if not jars_ready() and not shutil.which("mvn"):
@@ -70,7 +71,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def pulsar_jars() -> Path:
     """The lib folder of the Pulsar standalone, fetched with Maven when not cached."""
-    from perfwatch.stream.standalone import fetch_jars
+    from perfwatch.brokers.standalone import fetch_jars
 
     missing = _missing_standalone_tools()
     if missing:

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from perfwatch.cli import options
 from perfwatch.cli.main import main
 from perfwatch.config import LOG_LEVELS
-from perfwatch.formats.input_profile import InputProfileFile, write_input_profile
-from perfwatch.records import InputProfile
+from perfwatch.contract.models import InputProfile
+from perfwatch.readers.input_profile import InputProfileFile, write_input_profile
 
 PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"]
 CLOSED_PORT_URL = "pulsar://127.0.0.1:1"  # nothing listens on port 1 of loopback
@@ -361,7 +361,7 @@ def test_dashboard_without_its_extra(
 
 def test_postgresql_store_without_psycopg(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    monkeypatch.delitem(sys.modules, "perfwatch.store.postgres", raising=False)
+    monkeypatch.delitem(sys.modules, "perfwatch.state.postgres", raising=False)
     result = _invoke("dashboard", "--port", "0", "--store", "postgresql://db/perfwatch")
     assert result.exit_code == 2
     line = _error_line(result.stderr, "dashboard")

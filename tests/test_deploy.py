@@ -363,7 +363,7 @@ def test_compose_perfwatch_services_become_healthy_and_work_together(
 
 
 def broker_url(embedded_dir: Path) -> str:
-    from perfwatch.stream.embedded import find_running_broker
+    from perfwatch.brokers.embedded import find_running_broker
 
     url = find_running_broker(embedded_dir)
     assert url is not None, "the processor runs no embedded broker"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 
 from config_service import versions
+from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.inputs import (
     InputClustering,
     Recommendation,
@@ -26,7 +27,6 @@ from perfwatch.detectors.inputs import (
     sample_inputs,
 )
 from perfwatch.profiler.core import profile_inputs, profile_versions
-from perfwatch.records import InputProfile
 
 Payloads = Sequence[tuple[str, str]]
 

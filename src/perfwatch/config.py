@@ -35,7 +35,7 @@ from pydantic.fields import FieldInfo
 if TYPE_CHECKING:
     from pydantic.config import JsonDict
 
-    from perfwatch.stream.verdicts import VerdictPolicy
+    from perfwatch.contract.verdicts import VerdictPolicy
 
 Direction = Literal["higher_is_better", "lower_is_better"]
 DIRECTIONS: tuple[str, ...] = get_args(Direction)
@@ -208,7 +208,7 @@ class VerdictsConfig(Section):
     pvalue_floor: float = setting(1e-9, "P-values below count as this.", gt=0)
 
     def policy(self) -> VerdictPolicy:
-        from perfwatch.stream.verdicts import VerdictPolicy
+        from perfwatch.contract.verdicts import VerdictPolicy
 
         return VerdictPolicy(**self.model_dump())
 

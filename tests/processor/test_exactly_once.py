@@ -33,7 +33,7 @@ from perfwatch.processor.memory import (
     MemoryVerdictSink,
 )
 from perfwatch.processor.ports import InboundMessage, Receipt
-from perfwatch.store import SeriesKey, StateStore, open_store
+from perfwatch.state import SeriesKey, StateStore, open_store
 
 BAD_RECORDS = (b"{not json", b'{"schema": "perfwatch.record/v1"}')
 TOPICS = {"records": "records", "verdicts": "verdicts", "dead_letter": "dead-letter"}

@@ -1,1 +1,1 @@
-"""The processor's ports implemented over real brokers."""
+"""Adapters to the outside world: Pulsar ports, record publishing, verdict consumers."""

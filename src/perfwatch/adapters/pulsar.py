@@ -1,6 +1,6 @@
 """The processor's ports over Apache Pulsar (`pulsar-client`).
 
-The client is made elsewhere (`perfwatch.stream.brokers`) and passed in.
+The client is made elsewhere (`perfwatch.brokers`) and passed in.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pulsar  # type: ignore[import-untyped]
+import pulsar
 
 from perfwatch.config import Config
 from perfwatch.processor.handlers import RecordHandler
 from perfwatch.processor.loop import Processor
 from perfwatch.processor.observability import ProcessorMetrics
 from perfwatch.processor.ports import InboundMessage, PublisherBusy, Receipt
-from perfwatch.store import StateStore
+from perfwatch.state import StateStore
 
 log = logging.getLogger("perfwatch.processor")
 

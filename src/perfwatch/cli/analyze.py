@@ -17,14 +17,14 @@ import orjson
 
 from perfwatch.cli.errors import InputError
 from perfwatch.cli.options import output_format_option
-from perfwatch.formats.errors import SourceError, read_source
+from perfwatch.readers.errors import SourceError, read_source
 
 # The readers (numpy), the record module and the detector are imported where they are
 # used, so `perfwatch analyze --help` starts at once and a CSV run skips the records.
 if TYPE_CHECKING:
+    from perfwatch.contract.models import ChangeDirection, Direction
     from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams
-    from perfwatch.formats.series import MetricSeries
-    from perfwatch.records import ChangeDirection, Direction
+    from perfwatch.readers.series import MetricSeries
 
 RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
 CSV_SUFFIXES = {".csv", ".tsv", ".txt"}
@@ -122,7 +122,8 @@ def analyze(
 
     directions = _parse_directions(direction_flags)
     metrics = {name.strip() for text in metric_lists for name in text.split(",") if name.strip()}
-    settings = {
+    # each value is already of its parameter's type: click converted and checked it
+    settings: dict[str, Any] = {
         "window_len": window,
         "max_pvalue": max_pvalue,
         "min_magnitude": min_magnitude,
@@ -193,7 +194,7 @@ TOOL_REPORTS = {
 
 def _check_not_tool_report(path: Path) -> None:
     """SourceError for a benchmark tool's report: one run, which is no history to analyse."""
-    from perfwatch.formats.detect import detect_format
+    from perfwatch.readers.detect import detect_format
 
     if path.suffix.lower() in RECORD_SUFFIXES - {".json"}:
         return  # JSON Lines: records only
@@ -221,7 +222,7 @@ def _load_series(
 ) -> list[MetricSeries]:
     """Series of every file in argument order; record files, merged by test, take the place
     of the first of them."""
-    from perfwatch.formats.otava_csv import read_otava_csv
+    from perfwatch.readers.otava_csv import read_otava_csv
 
     series: list[MetricSeries] = []
     record_files = [path for path in files if _is_record_file(path)]
@@ -230,7 +231,7 @@ def _load_series(
     for path in files:
         if path in record_files:
             if path == record_files[0]:
-                from perfwatch.formats.jsonl import read_records, records_to_series
+                from perfwatch.readers.jsonl import read_records, records_to_series
 
                 records = (sourced for each in record_files for sourced in read_records(each))
                 series.extend(records_to_series(records, metrics=metrics))
@@ -261,7 +262,7 @@ def _prepared(
     until: str | None,
     last: int | None,
 ) -> MetricSeries:
-    from perfwatch.formats.series import select_points
+    from perfwatch.readers.series import select_points
 
     chosen = select_points(series, branch=branch, since=since, until=until, last=last)
     if len(chosen) < 2:
@@ -300,7 +301,7 @@ def _with_progress(series: Sequence[MetricSeries]) -> Iterable[MetricSeries]:
 
 
 def _result_json(result: SeriesResult) -> dict[str, Any]:
-    from perfwatch.records import format_rfc3339
+    from perfwatch.contract.timestamps import format_rfc3339
 
     series = result.series
     return {

@@ -15,8 +15,8 @@ from perfwatch.cli.errors import InputError, ServiceUnavailable
 if TYPE_CHECKING:
     import pulsar
 
+    from perfwatch.brokers.handle import BrokerHandle
     from perfwatch.config import Config
-    from perfwatch.stream.brokers import BrokerHandle
 
 STDERR = 2  # the descriptor the Pulsar client writes to (sys.stderr may be a stand-in)
 UNREACHABLE_ADVICE = (
@@ -38,7 +38,7 @@ def append_to_stderr() -> None:
 
 def broker_failure(error: Exception, config: Config) -> ServiceUnavailable | InputError:
     """The command-line error for a broker failure: which broker, what went wrong, what to do."""
-    from perfwatch.stream.brokers import BrokerUnreachable, InvalidBrokerURL
+    from perfwatch.brokers.handle import BrokerUnreachable, InvalidBrokerURL
 
     if isinstance(error, BrokerUnreachable):
         return ServiceUnavailable(f"{error}; {UNREACHABLE_ADVICE}")
@@ -58,7 +58,8 @@ def connected_broker(
     """
     import pulsar
 
-    from perfwatch.stream.brokers import BrokerError, connect_client, open_broker
+    from perfwatch.brokers import open_broker
+    from perfwatch.brokers.handle import BrokerError, connect_client
 
     try:
         with open_broker(

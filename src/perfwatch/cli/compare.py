@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
 from perfwatch.cli.errors import EXIT_FOUND, EXIT_OK, InputError
 from perfwatch.cli.options import output_format_option
-from perfwatch.formats.errors import SourceError
+from perfwatch.readers.errors import SourceError
 
 # The check (statsmodels, scipy, scikit-learn) is imported when it runs, not for --help.
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class _GreedyCommand(click.Command):
 @click.option(
     "--literal",
     is_flag=True,
-    help="The seed's steps with every deviation turned off (for comparison).",
+    help="Shang et al.'s steps read literally, every deviation turned off (for comparison).",
 )
 def compare(
     baseline_files: tuple[str, ...],
@@ -121,7 +121,8 @@ def compare(
         calibration = _runs(calibrate_files) if calibrate_files else []
         if calibrate_files and len(calibration) < 2:
             raise click.UsageError("--calibrate needs at least two good runs")
-        given = {
+        # each value is already of its parameter's type: click converted and checked it
+        given: dict[str, Any] = {
             "threshold": threshold,
             "redundancy_r2": redundancy_r2,
             "distance": distance,
@@ -153,7 +154,7 @@ def compare(
 
 
 def _runs(files: Sequence[str]) -> list[CounterSamples]:
-    from perfwatch.formats.counter_csv import read_counter_runs
+    from perfwatch.readers.counter_csv import read_counter_runs
 
     return [run for file in files for run in read_counter_runs(Path(file))]
 

@@ -81,7 +81,7 @@ def dashboard(
     from perfwatch.dashboard.app import DashboardSettings, create_app
     from perfwatch.dashboard.live import TopicSettings
     from perfwatch.processor.observability import configure_logging
-    from perfwatch.store import StoreError, StoreUnavailable, open_store
+    from perfwatch.state import StoreError, StoreUnavailable, open_store
 
     level = config.observability.log_level
     configure_logging(config.observability.log_format, level)
@@ -132,7 +132,7 @@ def dashboard(
 
 def _embedded_locator(embedded_dir: Path | None) -> Any:
     """Finds the embedded broker a `perfwatch serve` runs, at each connection attempt."""
-    from perfwatch.stream.embedded import find_running_broker
+    from perfwatch.brokers.embedded import find_running_broker
 
     def locate() -> str | None:
         return find_running_broker(embedded_dir)

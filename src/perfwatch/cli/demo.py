@@ -41,8 +41,8 @@ def describe_verdict(document: dict[str, Any]) -> str:
     label = _KIND_LABELS.get(document["kind"], document["kind"])
     current = document.get("change_point")
     previous = document.get("previous")
-    if current is None:
-        return f"{label} {name}: the change at {previous['run_id']} no longer stands"
+    if current is None:  # a retraction, which carries only the previous change point
+        return f"{label} {name}: the change at {document['previous']['run_id']} no longer stands"
     text = (
         f"{label} {name}: {current['forward_change_percent']:+.1f}% {current['direction']} "
         f"at {current['run_id']} ({current['time'][:10]}, commit {current['commit']}, "
@@ -99,9 +99,10 @@ def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
     import pulsar
 
     from perfwatch.adapters.pulsar import pulsar_processor
+    from perfwatch.brokers import open_broker
+    from perfwatch.brokers.handle import make_client
     from perfwatch.processor.observability import configure_logging
-    from perfwatch.store import open_store
-    from perfwatch.stream.brokers import make_client, open_broker
+    from perfwatch.state import open_store
 
     configure_logging("text", "error")  # the summary lists the dead letters
     base = Config()

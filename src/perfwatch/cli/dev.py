@@ -31,7 +31,7 @@ def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> int | No
             # Ctrl-C reaches the broker too (same process group): only a death with no
             # stop request is unexpected.
             if not is_running() and not stop.is_set():
-                from perfwatch.stream.brokers import tail
+                from perfwatch.brokers.process import tail
 
                 raise ServiceUnavailable(
                     f"the broker process exited unexpectedly; its log:\n{tail(log_file)}"
@@ -71,8 +71,8 @@ def pulsar_standalone(
     heap_mb: int,
 ) -> None:
     """Run an Apache Pulsar standalone (broker + bookie) on loopback until Ctrl-C."""
-    from perfwatch.stream.brokers import BrokerError
-    from perfwatch.stream.standalone import (
+    from perfwatch.brokers.handle import BrokerError
+    from perfwatch.brokers.standalone import (
         PulsarStandalone,
         fetch_jars,
         jars_ready,
@@ -131,8 +131,8 @@ def pulsar_standalone(
 @click.option("--port", type=click.IntRange(1, 65535), help="Broker port [default: a free one].")
 def embedded(data_dir: Path | None, port: int | None) -> None:
     """Run the embedded pulsar-lite broker on loopback until Ctrl-C."""
-    from perfwatch.stream.brokers import BrokerError
-    from perfwatch.stream.embedded import EmbeddedBroker
+    from perfwatch.brokers.embedded import EmbeddedBroker
+    from perfwatch.brokers.handle import BrokerError
 
     if port is not None:
         check_port_free("127.0.0.1", port, "--port")

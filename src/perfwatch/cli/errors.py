@@ -122,7 +122,7 @@ def _interrupted(error: BaseException) -> bool:
 class CommandLineGroup(click.Group):
     """A click group whose `main` applies the failure convention to every command."""
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Sequence[str] | None = None,
         prog_name: str | None = None,

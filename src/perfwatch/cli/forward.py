@@ -7,11 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perfwatch.cli.broker import connected_client
-from perfwatch.cli.errors import InputError
-from perfwatch.cli.watch import VerdictSource, verdict_source_options
-from perfwatch.publishers.verdict_feed import receive_messages
-from perfwatch.publishers.webhook import (
+from perfwatch.adapters.verdict_feed import receive_messages
+from perfwatch.adapters.webhook import (
     DEFAULT_TEMPLATE,
     TEMPLATE_FIELDS,
     TemplateError,
@@ -19,6 +16,9 @@ from perfwatch.publishers.webhook import (
     check_template,
     forward_verdicts,
 )
+from perfwatch.cli.broker import connected_client
+from perfwatch.cli.errors import InputError
+from perfwatch.cli.watch import VerdictSource, verdict_source_options
 
 if TYPE_CHECKING:
     import pulsar

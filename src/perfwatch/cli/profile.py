@@ -13,9 +13,9 @@ import click
 
 from perfwatch.cli.errors import EXIT_FOUND, EXIT_INTERRUPTED, InputError
 from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.input_profile import InputProfileFile, read_input_profile
-from perfwatch.records import RECORD_SCHEMA
+from perfwatch.contract.validation import RECORD_SCHEMA
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
 if TYPE_CHECKING:
     from perfwatch.config import Config
@@ -172,10 +172,10 @@ def profile_record(
 
 
 def _publish(partial: dict[str, Any], branch: str | None, config: Config) -> None:
+    from perfwatch.adapters.identity import Identity, complete_record, environment_identity
+    from perfwatch.adapters.publisher import record_label
     from perfwatch.cli.publish import send_records
-    from perfwatch.publishers.identity import Identity, complete_record, environment_identity
-    from perfwatch.publishers.publisher import record_label
-    from perfwatch.records import validate_record
+    from perfwatch.contract.validation import validate_record
 
     record = complete_record(
         partial,

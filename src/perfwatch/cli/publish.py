@@ -12,17 +12,20 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from perfwatch.cli.errors import InputError, ServiceUnavailable, report
-from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
-from perfwatch.formats.detect import FORMATS, InputFile, read_input_file
-from perfwatch.formats.errors import SourceError
-from perfwatch.publishers.identity import (
+from perfwatch.adapters.identity import (
     Identity,
     complete_record,
     environment_identity,
     record_label,
 )
-from perfwatch.records import dumps, format_rfc3339, parse_rfc3339, validate_record
+from perfwatch.cli.errors import InputError, ServiceUnavailable, report
+from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
+from perfwatch.config import Config
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
+from perfwatch.contract.validation import validate_record
+from perfwatch.readers.detect import FORMATS, InputFile, read_input_file
+from perfwatch.readers.errors import SourceError
 
 if TYPE_CHECKING:
     from perfwatch.config import Config
@@ -50,7 +53,8 @@ def prepare_file(
         test_prefix, explicit = explicit.test, replace(explicit, test=None)
     else:
         test_prefix = None
-    prepared, problems = [], []
+    prepared: list[tuple[dict[str, Any], str]] = []
+    problems: list[str] = []
     for located in input_file.records:
         record = complete_record(
             located.record,
@@ -186,8 +190,8 @@ def publish(
 def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> None:
     """Publish validated records and wait for every acknowledgement; a broker that is not
     reached or does not acknowledge is ServiceUnavailable (`publish`, `profile --publish`)."""
+    from perfwatch.adapters.publisher import Publisher, PublishError
     from perfwatch.cli.broker import connected_client
-    from perfwatch.publishers.publisher import Publisher, PublishError
 
     topic = config.topics.records
     with connected_client(config, topic=topic) as client:

@@ -13,15 +13,16 @@ import orjson
 from perfwatch._optional import require
 from perfwatch.cli.errors import InputError
 from perfwatch.cli.options import output_format_option
+from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.input_attributes import ATTRIBUTES, CLUSTER_ATTRIBUTES, METHODS, NOISE
-from perfwatch.formats.errors import SourceError
-from perfwatch.formats.input_profile import InputProfileFile, read_input_profile
-from perfwatch.records import InputProfile
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
 if TYPE_CHECKING:
+    from perfwatch.detectors.input_attributes import TimeAttribute
     from perfwatch.detectors.inputs import InputClustering, Recommendation
 
-TIME_ATTRIBUTES = {"cpu": "cpu_time_s", "wall": "wall_time_s"}
+TIME_ATTRIBUTES: dict[str, TimeAttribute] = {"cpu": "cpu_time_s", "wall": "wall_time_s"}
 
 
 class Share(click.ParamType):
@@ -208,7 +209,7 @@ def recommend(
         recommender = RunOrSkipRecommender(
             acceptable_slowdown=acceptable_slowdown,
             time_tolerance=time_tolerance,
-            time_attribute=TIME_ATTRIBUTES[time_kind],  # type: ignore[arg-type]
+            time_attribute=TIME_ATTRIBUTES[time_kind],
         )
         try:
             recommendation = recommender.recommend(
@@ -233,7 +234,7 @@ def recommend(
             plot_x,
             plot_y,
             recommendation,
-            update_file.profiles if update else (),
+            update_file.profiles if update_file is not None else (),
         )
     if output_format == "json":
         document: dict[str, Any] = {

@@ -35,7 +35,7 @@ def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
     from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication
     from perfwatch.cli.broker import connected_broker
     from perfwatch.processor.observability import ProcessorMetrics
-    from perfwatch.store import open_store
+    from perfwatch.state import open_store
 
     broker_config = config.broker
     observability = config.observability
@@ -99,7 +99,7 @@ def serve(config_path: Path | None, embedded_dir: Path | None) -> None:
     """
     from perfwatch.processor.loop import ProcessorError
     from perfwatch.processor.observability import configure_logging
-    from perfwatch.store import StoreError, StoreUnavailable
+    from perfwatch.state import StoreError, StoreUnavailable
 
     config = load_command_config(config_path)
     configure_logging(config.observability.log_format, config.observability.log_level)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,6 +14,14 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from perfwatch.adapters.verdict_feed import (
+    KINDS,
+    SeenVerdicts,
+    VerdictFilter,
+    parse_since,
+    receive_messages,
+    summary_fields,
+)
 from perfwatch.cli.broker import connected_client
 from perfwatch.cli.options import (
     broker_options,
@@ -21,19 +29,33 @@ from perfwatch.cli.options import (
     output_format_option,
     verdicts_topic_option,
 )
-from perfwatch.publishers.verdict_feed import (
-    KINDS,
-    SeenVerdicts,
-    VerdictFilter,
-    parse_since,
-    receive_messages,
-    verdict_line,
-)
+from perfwatch.config import Config
 
 if TYPE_CHECKING:
     import pulsar
 
     from perfwatch.config import Config
+
+
+_COLOURS = {
+    "REGRESSION": "red",
+    "IMPROVEMENT": "green",
+    "PASSED": "green",
+    "SKIP": "green",
+    "RUN": "yellow",
+    "RETRACTED": "yellow",
+    "CHANGE": "cyan",
+}
+
+
+def verdict_line(verdict: Mapping[str, Any]) -> str:
+    """`<emitted_at>  <LABEL> <test> <metric> <change> p=<p> commit <sha> (...)  <kind>`,
+    styled with ANSI colours (`click.echo` removes them when not writing to a terminal)."""
+    fields = summary_fields(verdict)
+    label = fields["label"]
+    rest = fields["summary"].removeprefix(label).lstrip()
+    styled = click.style(f"{label:<11}", fg=_COLOURS.get(label), bold=label == "REGRESSION")
+    return f"{fields['emitted_at']}  {styled} {rest}  {click.style(fields['kind'], dim=True)}"
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from starlette.templating import Jinja2Templates
 from perfwatch import __version__
 from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.live import TopicListener, TopicSettings, VerdictHub, decode_verdict
-from perfwatch.store import SeriesKey, StateStore, StoreError, open_store
+from perfwatch.state import SeriesKey, StateStore, StoreError, open_store
 
 log = logging.getLogger("perfwatch.dashboard")
 

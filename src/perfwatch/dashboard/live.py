@@ -113,7 +113,7 @@ class TopicListener:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        from perfwatch.stream.brokers import client_options, make_client
+        from perfwatch.brokers.handle import client_options, make_client
 
         delay = 0.5
         while not self._stop.is_set():

@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from perfwatch.adapters.verdict_feed import summary_fields
+from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
 from perfwatch.detectors.inputs import InputClustering, input_table
 from perfwatch.processor.handlers import baseline_key
 from perfwatch.processor.recommendations import INPUT_BASELINE_NAMESPACE
-from perfwatch.publishers.verdict_feed import summary_fields
-from perfwatch.records import InputProfile
-from perfwatch.store import OutboxEntry, Point, SeriesKey, StateStore
+from perfwatch.state import OutboxEntry, Point, SeriesKey, StateStore
 
 COUNTER_KINDS = ("counter_regression.detected", "counter_check.passed")
 RECOMMENDATION_KIND = "recommendation"
@@ -230,7 +230,7 @@ def pick_metric(metrics: Iterable[str], globs: Sequence[str]) -> str | None:
 def resources_over_commits(
     store: StateStore, time_metric: str | None = None, memory_metric: str | None = None
 ) -> dict[str, Any]:
-    """Per-test execution time and memory over commits (the seed's dashboard panels).
+    """Per-test execution time and memory over commits (the dashboard's Time & memory view).
 
     Without explicit metrics, the first time-like and memory-like metric names
     are used. Each test contributes one line per metric: its runs in time order,

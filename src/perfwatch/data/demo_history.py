@@ -17,7 +17,9 @@ from typing import Any
 
 import orjson
 
-from perfwatch.records import MAX_DOCUMENT_BYTES, RECORD_SCHEMA, format_rfc3339
+from perfwatch.contract.codec import MAX_DOCUMENT_BYTES
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RECORD_SCHEMA
 
 TESTS = ("api.checkout", "db.insert", "search.query", "render.page")
 # metric -> (unit, direction, typical value)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.cluster.hierarchy import linkage  # type: ignore[import-untyped]
-from scipy.ndimage import median_filter  # type: ignore[import-untyped]
-from scipy.spatial.distance import squareform  # type: ignore[import-untyped]
+from scipy.cluster.hierarchy import linkage
+from scipy.ndimage import median_filter
+from scipy.spatial.distance import squareform
 
 Distance = Literal["1-|rho|", "1-rho"]
 

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-import statsmodels.api as sm  # type: ignore[import-untyped]
-from scipy.stats import ks_2samp  # type: ignore[import-untyped]
-from sklearn.base import BaseEstimator, clone  # type: ignore[import-untyped]
-from sklearn.covariance import ledoit_wolf_shrinkage  # type: ignore[import-untyped]
+import statsmodels.api as sm
+from scipy.stats import ks_2samp
+from sklearn.base import BaseEstimator, clone
+from sklearn.covariance import ledoit_wolf_shrinkage
 
 from perfwatch.detectors.counter_steps import (
     Distance,

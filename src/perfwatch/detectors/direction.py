@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 __all__ = ["DIRECTIONS", "classify_direction"]
 
 DIRECTIONS = ("higher_is_better", "lower_is_better")
 
 
-def classify_direction(forward_change_percent: float, direction: str | None) -> str:
+def classify_direction(
+    forward_change_percent: float, direction: str | None
+) -> Literal["regression", "improvement", "unknown"]:
     """ "regression", "improvement" or "unknown" for a change of the metric's mean.
 
     direction: "higher_is_better", "lower_is_better" or None (unknown).

@@ -26,11 +26,11 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.base import BaseEstimator  # type: ignore[import-untyped]
-from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans  # type: ignore[import-untyped]
-from sklearn.metrics import silhouette_score  # type: ignore[import-untyped]
-from sklearn.mixture import GaussianMixture  # type: ignore[import-untyped]
-from sklearn.neighbors import NearestNeighbors  # type: ignore[import-untyped]
+from sklearn.base import BaseEstimator
+from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans
+from sklearn.metrics import silhouette_score
+from sklearn.mixture import GaussianMixture
+from sklearn.neighbors import NearestNeighbors
 
 from perfwatch.detectors.input_attributes import (
     ATTRIBUTES,
@@ -44,7 +44,7 @@ from perfwatch.detectors.input_attributes import (
 
 class Profile(Protocol):
     """An input's profile as the recommender reads it: its id, and each of ATTRIBUTES
-    by name (``perfwatch.records.InputProfile`` is one)."""
+    by name (``perfwatch.contract.models.InputProfile`` is one)."""
 
     @property
     def input_id(self) -> str: ...

@@ -9,24 +9,18 @@ points it now reports against the ones last published.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from perfwatch.config import Config
+from perfwatch.contract.models import ChangePointEvidence, Record, SeriesRef, Verdict
+from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
+from perfwatch.contract.verdicts import diff_change_points, make_verdict, shift_after_insert
 from perfwatch.detectors.analyzer import SeriesAnalyzer
 from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams, classify_direction
-from perfwatch.records import (
-    ChangePointEvidence,
-    Record,
-    SeriesRef,
-    Verdict,
-    format_rfc3339,
-    parse_rfc3339,
-)
-from perfwatch.store import Point, SeriesKey, SeriesState, StoreTransaction
-from perfwatch.stream.verdicts import diff_change_points, make_verdict, shift_after_insert
+from perfwatch.state import Point, SeriesKey, SeriesState, StoreTransaction
 
 # Decoded analyzers kept between records (LRU); a series' saved state is
 # decoded again only when another processor changed it or it was evicted.
@@ -262,7 +256,13 @@ class ChangePointHandler:
             else:
                 (point,) = tx.points(series.series_id, cp.index, cp.index + 1)
                 run_id, commit = point.run_id, point.commit
-                when = parse_rfc3339(point.time) if point.time else None
+                # a point stored without its timestamp text (the column is nullable) falls
+                # back to its epoch timestamp: the evidence's time is required
+                when = (
+                    parse_rfc3339(point.time)
+                    if point.time
+                    else datetime.fromtimestamp(point.timestamp, tz=UTC)
+                )
             evidence.append(
                 ChangePointEvidence(
                     index=cp.index,

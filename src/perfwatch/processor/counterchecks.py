@@ -39,17 +39,17 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, Literal
 
 import numpy as np
 import orjson
 
 from perfwatch.config import Config
+from perfwatch.contract.models import Record, SeriesRef, Verdict
+from perfwatch.contract.verdicts import DETECTED, UPDATED
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
 from perfwatch.processor.handlers import record_baseline
-from perfwatch.records import Record, SeriesRef, Verdict
-from perfwatch.store import StoreTransaction
-from perfwatch.stream.verdicts import DETECTED, UPDATED
+from perfwatch.state import StoreTransaction
 
 log = logging.getLogger("perfwatch.counterchecks")
 
@@ -57,8 +57,8 @@ COUNTER_BASELINE_NAMESPACE = "counter-baseline"
 # Written first by every record with counters: the row lock it takes (PostgreSQL) makes
 # two processors judge the records of one baseline key one after the other.
 COUNTER_BASELINE_LOCK_NAMESPACE = "counter-baseline-lock"
-REGRESSION_KIND = "counter_regression.detected"
-PASSED_KIND = "counter_check.passed"
+REGRESSION_KIND: Final = "counter_regression.detected"
+PASSED_KIND: Final = "counter_check.passed"
 # Runs whose (timestamp, run id) the baseline blob remembers, to recognise redeliveries.
 JUDGED_MEMORY = 1000
 
@@ -257,7 +257,9 @@ class CounterCheckHandler:
                 extra={"baseline": key, "run_id": record.run_id, "reason": str(err)},
             )
             return None
-        kind = REGRESSION_KIND if result.regression else PASSED_KIND
+        kind: Literal["counter_regression.detected", "counter_check.passed"] = (
+            REGRESSION_KIND if result.regression else PASSED_KIND
+        )
         baseline_run_ids = [r.run_id for r in baseline.runs]
         evidence = {
             "verdict": "regression" if result.regression else "pass",

@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Protocol
 
 from perfwatch.config import Config
+from perfwatch.contract.models import Record, Verdict
 from perfwatch.processor.changepoints import series_key
-from perfwatch.records import Record, Verdict
-from perfwatch.store import SeriesKey, StoreTransaction
+from perfwatch.state import SeriesKey, StoreTransaction
 
 
 class RecordHandler(Protocol):

@@ -30,6 +30,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from perfwatch.config import Config
+from perfwatch.contract.codec import dumps, parse_record
+from perfwatch.contract.models import Record, Verdict
+from perfwatch.contract.validation import RecordError
 from perfwatch.processor.handlers import RecordHandler, build_handlers
 from perfwatch.processor.observability import ProcessorMetrics
 from perfwatch.processor.outbox import OutboxRelay, PublishError
@@ -41,8 +44,7 @@ from perfwatch.processor.ports import (
     VerdictPublisher,
     VerdictSink,
 )
-from perfwatch.records import Record, RecordError, Verdict, dumps, parse_record
-from perfwatch.store import OutboxEntry, SeriesKey, StateStore, StoreUnavailable
+from perfwatch.state import OutboxEntry, SeriesKey, StateStore, StoreUnavailable
 
 log = logging.getLogger("perfwatch.processor")
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from perfwatch.processor.observability import ProcessorMetrics
 from perfwatch.processor.ports import PublisherBusy, VerdictPublisher, VerdictSink
-from perfwatch.store import CURSOR_NAMESPACE, SEQUENCE_OFFSET_NAMESPACE, OutboxEntry, StateStore
+from perfwatch.state import CURSOR_NAMESPACE, SEQUENCE_OFFSET_NAMESPACE, OutboxEntry, StateStore
 
 log = logging.getLogger("perfwatch.processor")
 

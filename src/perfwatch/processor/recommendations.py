@@ -36,11 +36,12 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Final
 
 import orjson
 
 from perfwatch.config import Config
+from perfwatch.contract.models import InputProfile, Record, SeriesRef, Verdict
 from perfwatch.detectors.inputs import (
     InputClustering,
     Method,
@@ -50,8 +51,7 @@ from perfwatch.detectors.inputs import (
     sample_inputs,
 )
 from perfwatch.processor.handlers import record_baseline
-from perfwatch.records import InputProfile, Record, SeriesRef, Verdict
-from perfwatch.store import StoreTransaction
+from perfwatch.state import StoreTransaction
 
 log = logging.getLogger("perfwatch.recommendations")
 
@@ -60,8 +60,8 @@ CLUSTERING_NAMESPACE = "input-clustering"
 # Written first by every full-suite record of a key: the row lock it takes (PostgreSQL)
 # makes two processors apply full-suite records of one test one after the other.
 BASELINE_LOCK_NAMESPACE = "input-baseline-lock"
-RECOMMENDATION_KIND = "recommendation"
-TIME_ATTRIBUTE = "cpu_time_s"
+RECOMMENDATION_KIND: Final = "recommendation"
+TIME_ATTRIBUTE: Final = "cpu_time_s"
 # Clusterings kept between records (LRU), valid while the stored revision is unchanged.
 MAX_CACHED_CLUSTERINGS = 64
 
@@ -114,7 +114,7 @@ class InputsHandler:
     def __init__(self, config: Config) -> None:
         settings = config.recommendation
         self._identifying = config.series.identifying_attributes
-        self._method = cast(Method, settings.method)  # checked by RecommendationConfig
+        self._method: Method = settings.method  # a ClusteringMethod, checked by the config
         self._per_cluster = settings.per_cluster
         self._seed = settings.seed
         self._recommender = RunOrSkipRecommender(

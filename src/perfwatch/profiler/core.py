@@ -37,8 +37,8 @@ from typing import Any, ParamSpec, Self, TypeVar
 
 import orjson
 
+from perfwatch.contract.models import InputProfile
 from perfwatch.profiler.counting import ExecutionCounter, ExecutionCounts
-from perfwatch.records import InputProfile
 
 P = ParamSpec("P")
 R = TypeVar("R")

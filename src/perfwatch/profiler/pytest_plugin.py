@@ -131,7 +131,7 @@ class ProfilingSession:
         return True
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from perfwatch.formats.input_profile import InputProfileFile, write_input_profile
+        from perfwatch.readers.input_profile import InputProfileFile, write_input_profile
 
         if not self.profiles:
             return
@@ -191,7 +191,10 @@ def _with_size(profile: Any, item: pytest.Function) -> Any:
 
     from perfwatch.profiler.core import input_size
 
-    reported = [value for name, value in item.user_properties if name == INPUT_SIZE_PROPERTY]
+    # whatever the test recorded (a number, or text of one): float() rejects anything else
+    reported: list[Any] = [
+        value for name, value in item.user_properties if name == INPUT_SIZE_PROPERTY
+    ]
     if reported:
         return replace(profile, size=float(reported[-1]))
     callspec = getattr(item, "callspec", None)

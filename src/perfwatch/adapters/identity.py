@@ -1,0 +1,170 @@
+"""Who and what a record belongs to: test, run id, commit, branch, time, attributes.
+
+Precedence, highest first: what the user says on the command line (or to the
+API), what the record or the tool's report already carries, what the CI
+system says in its environment (GitHub Actions, GitLab CI, Jenkins,
+Buildkite), what `git` says about the working directory.
+
+Run ids are not taken from CI: a build id is shared by every job and every
+test of a build, so it cannot tell two records of one test apart. A record
+with no run id gets one derived from its content, so publishing the same file
+again yields the same ids and the processor ignores the copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from perfwatch.contract.validation import RECORD_SCHEMA
+
+_IDENTITY_KEYS = ("test", "run_id", "commit", "branch", "timestamp", "attributes")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Identity fields, each optional; `None` means "not known here"."""
+
+    test: str | None = None
+    run_id: str | None = None
+    commit: str | None = None
+    branch: str | None = None
+    timestamp: str | None = None
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+    def over(self, fallback: Identity) -> Identity:
+        """These fields where set, `fallback`'s elsewhere; attributes merged, ours winning."""
+        merged = {
+            item.name: getattr(self, item.name)
+            if getattr(self, item.name) is not None
+            else getattr(fallback, item.name)
+            for item in fields(self)
+            if item.name != "attributes"
+        }
+        return Identity(**merged, attributes={**fallback.attributes, **self.attributes})
+
+
+def _first(env: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        value = env.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+def _usable_commit(value: str | None) -> str | None:
+    # Buildkite reports "HEAD" when a build was triggered without a commit.
+    return None if value is None or value == "HEAD" else value
+
+
+def ci_identity(env: Mapping[str, str]) -> Identity:
+    """Commit and branch from the variables of the CI system the process runs in."""
+    if env.get("GITHUB_ACTIONS") == "true":
+        # GITHUB_HEAD_REF is the source branch of a pull request; REF_NAME is "123/merge" then.
+        branch = _first(env, "GITHUB_HEAD_REF", "GITHUB_REF_NAME")
+        return Identity(commit=_first(env, "GITHUB_SHA"), branch=branch)
+    if env.get("GITLAB_CI") == "true":
+        branch = _first(env, "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME", "CI_COMMIT_REF_NAME")
+        return Identity(commit=_first(env, "CI_COMMIT_SHA"), branch=branch)
+    if env.get("BUILDKITE") == "true":
+        return Identity(
+            commit=_usable_commit(_first(env, "BUILDKITE_COMMIT")),
+            branch=_first(env, "BUILDKITE_BRANCH"),
+        )
+    if _first(env, "JENKINS_URL"):
+        branch = _first(env, "BRANCH_NAME", "GIT_LOCAL_BRANCH", "GIT_BRANCH")
+        if branch is not None and branch.startswith("origin/"):
+            branch = branch.removeprefix("origin/")
+        return Identity(commit=_first(env, "GIT_COMMIT"), branch=branch)
+    return Identity()
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    try:
+        completed = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    output = completed.stdout.strip()
+    return output if completed.returncode == 0 and output else None
+
+
+def git_identity(cwd: Path) -> Identity:
+    """Commit and branch of the repository `cwd` is in; nothing outside a repository."""
+    commit = _git(cwd, "rev-parse", "HEAD")
+    if commit is None:
+        return Identity()
+    branch = _git(cwd, "symbolic-ref", "--quiet", "--short", "HEAD")  # None when detached
+    return Identity(commit=commit, branch=branch)
+
+
+def environment_identity(env: Mapping[str, str], cwd: Path) -> Identity:
+    return ci_identity(env).over(git_identity(cwd))
+
+
+def record_label(record: Mapping[str, Any], where: str) -> str:
+    """How messages about one record name it: where it came from, its test and run id."""
+    return f"{where} (test {record.get('test')!r}, run {record.get('run_id')!r})"
+
+
+def content_run_id(record: Mapping[str, Any]) -> str:
+    """A run id that depends only on the record's content (its run id excluded)."""
+    content = {key: value for key, value in record.items() if key != "run_id"}
+    digest = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return f"sha256-{digest[:32]}"
+
+
+def complete_record(
+    partial: Mapping[str, Any],
+    *,
+    explicit: Identity,
+    defaults: Identity,
+    test_prefix: str | None = None,
+    fallback_timestamp: str | None = None,
+) -> dict[str, Any]:
+    """A full record from a partial one.
+
+    `explicit` fields replace the record's, `defaults` fill what it lacks.
+    `test_prefix` is put before the record's own test id (`PREFIX/name`), for
+    reports that name many benchmarks. The run id, when missing, is derived
+    from the content before `fallback_timestamp` is filled in, so that a time
+    taken from outside the content (a file's modification time) does not
+    change it.
+    """
+    attributes = partial.get("attributes")
+    own = Identity(
+        test=partial.get("test"),
+        run_id=partial.get("run_id"),
+        commit=partial.get("commit"),
+        branch=partial.get("branch"),
+        timestamp=partial.get("timestamp"),
+        attributes=attributes if isinstance(attributes, Mapping) else {},
+    )
+    if test_prefix is not None and own.test is not None:
+        own = replace(own, test=f"{test_prefix}/{own.test}")
+    identity = explicit.over(own).over(defaults)
+
+    record: dict[str, Any] = {"schema": partial.get("schema", RECORD_SCHEMA)}
+    for key in _IDENTITY_KEYS:
+        value = getattr(identity, key)
+        if value:  # an empty string or mapping is "not set"
+            record[key] = dict(value) if key == "attributes" else value
+    if attributes is not None and not isinstance(attributes, Mapping):
+        record["attributes"] = attributes  # left for schema validation to report
+    record.update(
+        {key: value for key, value in partial.items() if key not in ("schema", *_IDENTITY_KEYS)}
+    )
+    if "run_id" not in record:
+        record["run_id"] = content_run_id(record)
+    if "timestamp" not in record and fallback_timestamp is not None:
+        record["timestamp"] = fallback_timestamp
+    ordered = {key: record[key] for key in ("schema", *_IDENTITY_KEYS) if key in record}
+    ordered.update({key: value for key, value in record.items() if key not in ordered})
+    return ordered

@@ -1,0 +1,215 @@
+"""Reading the verdicts topic: which verdicts a reader wants, and a summary of each.
+
+Shared by `perfwatch watch` (prints a line per summary), `perfwatch forward` (posts
+them to a webhook) and the dashboard. Verdicts are handled as decoded JSON documents so that a
+verdict from a newer perfwatch with extra fields is still shown.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, get_args
+
+from perfwatch.contract.models import VerdictKind
+from perfwatch.contract.timestamps import parse_rfc3339
+
+if TYPE_CHECKING:
+    import pulsar
+
+KINDS: tuple[str, ...] = get_args(VerdictKind)
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """`--since`: an RFC 3339 time, a date (midnight UTC) or an age such as 90s, 15m, 2h, 3d, 1w."""
+    duration = _DURATION.match(text.strip())
+    if duration:
+        amount, unit = duration.groups()
+        return now - timedelta(seconds=float(amount) * _SECONDS_PER_UNIT[unit])
+    try:
+        return parse_rfc3339(text)
+    except ValueError:
+        pass
+    try:
+        day = datetime.strptime(text, "%Y-%m-%d")
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither a time (2024-05-01T02:00:00Z), a date (2024-05-01) "
+            "nor an age (90s, 15m, 2h, 3d, 1w)"
+        ) from None
+    return day.replace(tzinfo=UTC)
+
+
+def is_regression(verdict: Mapping[str, Any]) -> bool:
+    kind = verdict.get("kind")
+    if kind == "counter_regression.detected":
+        return True
+    if kind in ("change_point.detected", "change_point.updated"):
+        return _block(verdict, "change_point").get("direction") == "regression"
+    return False
+
+
+def _block(verdict: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    block = verdict.get(name)
+    return block if isinstance(block, Mapping) else {}
+
+
+@dataclass(frozen=True)
+class VerdictFilter:
+    """Which verdicts to keep; an empty `tests` or `kinds` keeps all."""
+
+    tests: Sequence[str] = ()  # globs on the series' test id
+    kinds: Sequence[str] = ()  # exact kinds, or a family such as "change_point"
+    regressions_only: bool = False
+    since: datetime | None = None
+
+    def accepts(self, verdict: Mapping[str, Any]) -> bool:
+        test = str(_block(verdict, "series").get("test", ""))
+        if self.tests and not any(fnmatch.fnmatchcase(test, glob) for glob in self.tests):
+            return False
+        kind = str(verdict.get("kind", ""))
+        if self.kinds and not any(
+            kind == wanted or kind.startswith(f"{wanted}.") for wanted in self.kinds
+        ):
+            return False
+        if self.regressions_only and not is_regression(verdict):
+            return False
+        if self.since is not None:
+            try:
+                emitted = parse_rfc3339(str(verdict.get("emitted_at")))
+            except ValueError:
+                return False
+            if emitted < self.since:
+                return False
+        return True
+
+
+def _percent(value: Any) -> str:
+    return f"{value:+.1f}%" if isinstance(value, int | float) else ""
+
+
+def _pvalue(value: Any) -> str:
+    return f"{value:.2g}" if isinstance(value, int | float) else ""
+
+
+def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
+    """The verdict's facts as short strings: what a line or a chat message shows.
+
+    Keys: label, kind, test, metric, attributes, change, pvalue, commit,
+    direction, emitted_at, verdict_id, run_id, detail, summary.
+    """
+    kind = str(verdict.get("kind", "?"))
+    series = _block(verdict, "series")
+    attributes = series.get("attributes")
+    evidence = _block(verdict, "previous" if kind == "change_point.retracted" else "change_point")
+    direction = str(evidence.get("direction", ""))
+    commit = evidence.get("commit")
+    fields = {
+        "kind": kind,
+        "test": str(series.get("test", "?")),
+        "metric": str(series.get("metric", "")),
+        "attributes": " ".join(f"{key}={value}" for key, value in attributes.items())
+        if isinstance(attributes, Mapping)
+        else "",
+        "change": _percent(evidence.get("forward_change_percent")),
+        "pvalue": _pvalue(evidence.get("pvalue")),
+        "commit": str(commit)[:12] if commit else "",
+        "direction": direction,
+        "emitted_at": str(verdict.get("emitted_at", "")),
+        "verdict_id": str(verdict.get("verdict_id", "")),
+        "run_id": str(verdict.get("record_run_id", "")),
+    }
+    fields["label"], fields["detail"] = _label_and_detail(kind, verdict, direction)
+    fields["summary"] = " ".join(
+        part
+        for part in (
+            fields["label"],
+            fields["test"],
+            fields["metric"],
+            fields["change"],
+            f"p={fields['pvalue']}" if fields["pvalue"] else "",
+            f"commit {fields['commit']}" if fields["commit"] else "",
+            fields["detail"],
+            f"[{fields['attributes']}]" if fields["attributes"] else "",
+        )
+        if part
+    )
+    return fields
+
+
+def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> tuple[str, str]:
+    if kind.startswith("change_point."):
+        action = kind.removeprefix("change_point.")
+        if action == "retracted":
+            return "RETRACTED", f"({direction} no longer seen)"
+        label = {"regression": "REGRESSION", "improvement": "IMPROVEMENT"}.get(direction, "CHANGE")
+        return label, "(moved)" if action == "updated" else ""
+    if kind.startswith("counter_"):
+        check = _block(verdict, "counter_check")
+        clusters = check.get("clusters")
+        count = f", {len(clusters)} cluster(s)" if isinstance(clusters, list) else ""
+        label = "REGRESSION" if kind == "counter_regression.detected" else "PASSED"
+        return label, f"(counters: {check.get('verdict', '?')}{count})"
+    if kind == "recommendation":
+        advice = _block(verdict, "recommendation")
+        share = advice.get("run_share")
+        votes = f"{share:.0%} of votes say run" if isinstance(share, int | float) else ""
+        return str(advice.get("decision", "?")).upper(), f"({votes})" if votes else ""
+    return kind.upper(), ""
+
+
+def receive_messages(
+    consumer: pulsar.Consumer,
+    *,
+    idle_timeout_s: float | None = None,
+    poll_ms: int = 200,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[pulsar.Message]:
+    """Messages as they arrive; ends after `idle_timeout_s` without one (None: never)."""
+    import pulsar
+
+    last_seen = clock()
+    while True:
+        try:
+            message = consumer.receive(timeout_millis=poll_ms)
+        except pulsar.Timeout:
+            if idle_timeout_s is not None and clock() - last_seen >= idle_timeout_s:
+                return
+            continue
+        last_seen = clock()
+        yield message
+
+
+class SeenVerdicts:
+    """The verdict ids seen lately, so a verdict the topic carries twice is shown once.
+
+    Equal ids are the same verdict. The processor sends none twice to a broker
+    with deduplication, but the embedded broker has none (see docs/processor.md).
+    Only the newest `capacity` ids are kept: a repeat arrives close behind.
+    """
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def first_time(self, verdict: Mapping[str, Any]) -> bool:
+        """True the first time this verdict's id is offered (and always without an id)."""
+        verdict_id = verdict.get("verdict_id")
+        if not isinstance(verdict_id, str):
+            return True
+        if verdict_id in self._ids:
+            return False
+        self._ids[verdict_id] = None
+        if len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+        return True

@@ -1,0 +1,214 @@
+"""Forward verdicts to a webhook: Slack-style text or the raw verdict JSON.
+
+A verdict is acknowledged on the verdicts topic only once the webhook accepted
+it (any 2xx answer). Failures that may pass (no connection, timeouts, 5xx, 408,
+429) are retried with exponential back-off; after `max_attempts` tries, or at
+once for an answer that retrying cannot change (another 4xx), the verdict goes
+to a dead-letter topic with the reason, and only then is it acknowledged.
+"""
+
+from __future__ import annotations
+
+import string
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import httpx
+import orjson
+
+from perfwatch.adapters.verdict_feed import SeenVerdicts, VerdictFilter, summary_fields
+
+if TYPE_CHECKING:
+    import pulsar
+
+DEFAULT_TEMPLATE = "{summary}"
+TEMPLATE_FIELDS = (
+    "label",
+    "kind",
+    "test",
+    "metric",
+    "attributes",
+    "change",
+    "pvalue",
+    "commit",
+    "direction",
+    "emitted_at",
+    "verdict_id",
+    "run_id",
+    "detail",
+    "summary",
+)
+_RETRYABLE_STATUS = {408, 429}
+PayloadStyle = Literal["slack", "raw"]
+
+
+class TemplateError(ValueError):
+    pass
+
+
+def check_template(template: str) -> str:
+    """The template itself, or TemplateError naming the unknown field or the syntax error."""
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as error:
+        raise TemplateError(f"template {template!r}: {error}") from None
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if field not in TEMPLATE_FIELDS or spec or conversion:
+            raise TemplateError(
+                f"template {template!r}: unknown field {{{field}}}; "
+                f"use plain fields among {', '.join(TEMPLATE_FIELDS)}"
+            )
+    return template
+
+
+def slack_payload(verdict: Mapping[str, Any], template: str = DEFAULT_TEMPLATE) -> bytes:
+    """A Slack-compatible incoming-webhook body: `{"text": ...}`."""
+    return orjson.dumps({"text": template.format_map(summary_fields(verdict))})
+
+
+@dataclass(frozen=True)
+class Delivery:
+    accepted: bool
+    attempts: int
+    error: str | None = None  # the last failure, when not accepted
+
+
+class WebhookSender:
+    """POSTs a body to a URL, retrying with exponential back-off."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_attempts: int = 5,
+        initial_backoff_s: float = 1.0,
+        max_backoff_s: float = 60.0,
+        timeout_s: float = 10.0,
+        client: httpx.Client | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        self.url = url
+        self.max_attempts = max_attempts
+        self.initial_backoff_s = initial_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._client = client or httpx.Client(timeout=timeout_s)
+        self._sleep = sleep
+
+    def close(self) -> None:
+        self._client.close()
+
+    def backoff_s(self, failed_attempts: int, retry_after: str | None = None) -> float:
+        """Wait before the next try: doubling from the initial wait, capped; a server's
+        Retry-After (seconds) is honoured up to the cap."""
+        wait = self.initial_backoff_s * 2 ** (failed_attempts - 1)
+        if retry_after is not None and retry_after.strip().isdigit():
+            wait = max(wait, float(retry_after))
+        return min(wait, self.max_backoff_s)
+
+    def deliver(self, body: bytes, content_type: str = "application/json") -> Delivery:
+        error = ""
+        for attempt in range(1, self.max_attempts + 1):
+            retry_after = None
+            try:
+                response = self._client.post(
+                    self.url, content=body, headers={"Content-Type": content_type}
+                )
+            except httpx.HTTPError as failure:
+                error = f"{type(failure).__name__}: {failure}"
+            else:
+                if response.is_success:
+                    return Delivery(True, attempt)
+                error = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+                text = response.text.strip()
+                if text:
+                    error += f": {text[:200]}"
+                status = response.status_code
+                if 400 <= status < 500 and status not in _RETRYABLE_STATUS:
+                    return Delivery(False, attempt, f"{error} (not retried)")
+                retry_after = response.headers.get("Retry-After")
+            if attempt < self.max_attempts:
+                self._sleep(self.backoff_s(attempt, retry_after))
+        return Delivery(False, self.max_attempts, error)
+
+
+@dataclass
+class ForwardStats:
+    delivered: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0
+
+
+def forward_verdicts(
+    messages: Iterable[pulsar.Message],
+    consumer: pulsar.Consumer,
+    sender: WebhookSender,
+    dead_letter: pulsar.Producer,
+    *,
+    style: PayloadStyle = "slack",
+    template: str = DEFAULT_TEMPLATE,
+    verdict_filter: VerdictFilter | None = None,
+    on_outcome: Callable[[pulsar.Message, str], None] | None = None,
+) -> ForwardStats:
+    """Deliver each message's verdict, one at a time so the webhook sees them in order.
+
+    A message is acknowledged once it is delivered, filtered out, or safely on the
+    dead-letter topic; if even the dead-letter send fails, the error propagates and
+    the message stays unacknowledged for redelivery. `on_outcome(message, text)` is
+    told what happened to each message.
+    """
+    verdict_filter = verdict_filter or VerdictFilter()
+    seen = SeenVerdicts()
+    stats = ForwardStats()
+    for message in messages:
+        payload = message.data()
+        try:
+            verdict = orjson.loads(payload)
+            if not isinstance(verdict, dict):
+                raise ValueError(f"a JSON {type(verdict).__name__}, not a verdict object")
+        except ValueError as error:
+            outcome = _dead_letter(dead_letter, message, f"not a verdict: {error}", 0)
+            stats.dead_lettered += 1
+        else:
+            if not seen.first_time(verdict):
+                outcome = "skipped: this verdict id was already forwarded"
+                stats.skipped += 1
+            elif verdict_filter.accepts(verdict):
+                body = payload if style == "raw" else slack_payload(verdict, template)
+                delivery = sender.deliver(body)
+                if delivery.accepted:
+                    outcome = f"delivered after {delivery.attempts} attempt(s)"
+                    stats.delivered += 1
+                else:
+                    reason = delivery.error or "not accepted"
+                    outcome = _dead_letter(dead_letter, message, reason, delivery.attempts)
+                    stats.dead_lettered += 1
+            else:
+                outcome = "skipped by the filters"
+                stats.skipped += 1
+        consumer.acknowledge(message)
+        if on_outcome is not None:
+            on_outcome(message, outcome)
+    return stats
+
+
+def _dead_letter(
+    producer: pulsar.Producer, message: pulsar.Message, reason: str, tries: int
+) -> str:
+    """Send the original bytes and properties to the dead-letter topic; waits for the ack."""
+    properties = dict(message.properties())
+    properties.update(
+        {
+            "ORIGIN_MESSAGE_ID": str(message.message_id()),
+            "REAL_TOPIC": message.topic_name(),
+            "perfwatch-error": reason,
+            "perfwatch-attempts": str(tries),
+        }
+    )
+    producer.send(message.data(), properties=properties, partition_key=message.partition_key())
+    return f"dead-lettered after {tries} attempt(s): {reason}"

@@ -1,0 +1,1 @@
+"""The record contract: models, validation, codec, RFC 3339 timestamps and verdict building."""

@@ -1,0 +1,1 @@
+"""Readers of files: benchmark tool reports, CSV series, JSONL records, input profiles."""

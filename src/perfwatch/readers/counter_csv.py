@@ -1,0 +1,112 @@
+"""Counter samples from files: plain CSV with a time column, and (through
+``read_counter_runs``) every format ``perfwatch compare`` accepts.
+
+Plain CSV: a header row, a time column (the first column unless named), then one column
+per counter; one row per sample. Empty cells, ``NaN`` and ``null`` are missing samples.
+The time values are not interpreted: rows are samples in file order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from perfwatch.detectors.counters import CounterSamples
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.jsonl import read_records
+from perfwatch.readers.perfmon_csv import (
+    csv_rows,
+    is_perfmon_header,
+    parse_sample,
+    perfmon_samples,
+)
+
+
+def read_counter_csv(path: str | Path, *, time_column: str | None = None) -> CounterSamples:
+    """The counter samples of one plain CSV file; SourceError naming the line and
+    column of the first problem."""
+    path = Path(path)
+    return counter_samples(path, csv_rows(path), time_column=time_column)
+
+
+def counter_samples(
+    path: Path, rows: list[tuple[int, list[str]]], *, time_column: str | None = None
+) -> CounterSamples:
+    """The counter samples of a plain CSV file's rows (from ``csv_rows``)."""
+    if not rows:
+        raise SourceError(path, "empty file: expected a header row", line=1)
+    header_line, header = rows[0]
+    header = [cell.strip() for cell in header]
+    if time_column is None:
+        time_index = 0
+    elif time_column in header:
+        time_index = header.index(time_column)
+    else:
+        raise SourceError(path, f"no column named {time_column!r} in the header", line=header_line)
+    counters = [i for i in range(len(header)) if i != time_index]
+    if not counters:
+        raise SourceError(
+            path, "the header has a time column but no counter column", line=header_line
+        )
+    seen: dict[str, int] = {}
+    for i in counters:
+        if not header[i]:
+            raise SourceError(path, "empty counter name", line=header_line, column=i + 1)
+        if header[i] in seen:
+            raise SourceError(
+                path,
+                f"counter {header[i]!r} appears twice (columns {seen[header[i]] + 1} and {i + 1})",
+                line=header_line,
+                column=i + 1,
+            )
+        seen[header[i]] = i
+    values = []
+    for line, row in rows[1:]:
+        if len(row) != len(header):
+            raise SourceError(
+                path, f"{len(row)} cells, but the header has {len(header)}", line=line
+            )
+        values.append([parse_sample(path, line, i + 1, row[i], header[i]) for i in counters])
+    if not values:
+        raise SourceError(path, "no samples after the header", line=header_line + 1)
+    return CounterSamples([header[i] for i in counters], np.array(values), label=str(path))
+
+
+def read_counter_runs(path: str | Path) -> list[CounterSamples]:
+    """Every run in a file: one for a CSV file (plain or perfmon), one per record with
+    ``counters`` for perfwatch JSON (``.json``: a record or an array of records;
+    ``.jsonl``: one record per line)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".blg":
+        raise SourceError(path, "binary perfmon log: convert it first with `relog FILE -f csv`")
+    if suffix in (".json", ".jsonl", ".ndjson"):
+        return _record_runs(path)
+    rows = csv_rows(path)
+    if is_perfmon_header(rows):
+        return [perfmon_samples(path, rows)]
+    return [counter_samples(path, rows)]
+
+
+def _record_runs(path: Path) -> list[CounterSamples]:
+    runs = []
+    for sourced in read_records(path):
+        counters = sourced.record.counters
+        if counters is None:
+            raise SourceError(
+                path,
+                f"record {sourced.record.run_id!r} has no counters",
+                line=sourced.line,
+                column=sourced.column,
+            )
+        runs.append(
+            CounterSamples(
+                counters.names,
+                counters.matrix(),
+                label=f"{path}:{sourced.line} (run {sourced.record.run_id})",
+            )
+        )
+    if not runs:
+        raise SourceError(path, "no record in the file")
+    return runs

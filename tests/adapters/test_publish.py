@@ -1,0 +1,272 @@
+"""`perfwatch publish` and the Publisher API: dry runs, validation, and the real brokers."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+import pulsar
+import pytest
+from click.testing import CliRunner, Result
+
+import _tool_reports
+from perfwatch import Publisher
+from perfwatch.adapters.publisher import PublishError
+from perfwatch.brokers import open_broker
+from perfwatch.brokers.handle import BrokerHandle, make_client
+from perfwatch.cli.main import main
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RecordError
+
+START = datetime(2024, 5, 1, tzinfo=UTC)
+LOWER = "lower_is_better"
+
+
+def _record(test: str, index: int) -> dict:
+    return {
+        "schema": "perfwatch.record/v1",
+        "test": test,
+        "run_id": f"{test}-run-{index}",
+        "commit": f"{index:040x}",
+        "timestamp": format_rfc3339(START + timedelta(seconds=index)),
+        "metrics": {"latency": {"value": 10.0 + index, "unit": "ms", "direction": LOWER}},
+    }
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in records))
+    return path
+
+
+def _publish(*args: str) -> Result:
+    return CliRunner().invoke(main, ["publish", "--no-auto-identity", *args])
+
+
+def _lines(result: Result) -> list[bytes]:
+    return result.stdout_bytes.splitlines()
+
+
+# --- without a broker ------------------------------------------------------------------------
+
+
+def test_dry_run_prints_valid_files_and_rejects_invalid_ones(tmp_path: Path) -> None:
+    good = _write_jsonl(tmp_path / "good.jsonl", [_record("a", 1), _record("a", 2)])
+    bad_record = {**_record("b", 2), "metrics": {"latency": "slow"}}
+    bad = _write_jsonl(tmp_path / "bad.jsonl", [_record("b", 1), bad_record])
+
+    result = _publish("--dry-run", str(bad), str(good))
+
+    assert result.exit_code == 2
+    assert f"{bad}:2:1: $.metrics.latency: expected number or object" in result.stderr
+    assert f"{bad}: invalid; nothing from this file is sent" in result.stderr
+    # the valid file is printed exactly as the records it holds
+    assert [orjson.loads(line) for line in _lines(result)] == [_record("a", 1), _record("a", 2)]
+
+
+def test_invalid_completed_record_names_file_position_and_path(tmp_path: Path) -> None:
+    csv = tmp_path / "search.csv"
+    csv.write_text("time,commit,score\n2024-01-01T00:00:00Z,aaa,1\n2024-01-02T00:00:00Z,bbb,2\n")
+
+    result = _publish("--dry-run", "--attr", f"note={'x' * 2000}", str(csv))
+
+    assert result.exit_code == 2
+    assert f"{csv}: row 2 in time order: $.attributes.note: " in result.stderr
+    assert result.stdout_bytes == b""
+
+
+def test_csv_rows_and_identity_flags(tmp_path: Path) -> None:
+    csv = tmp_path / "search.csv"
+    csv.write_text("time,commit,score\n2024-01-01T00:00:00Z,aaa,1\n2024-01-02T00:00:00Z,bbb,2\n")
+
+    result = _publish(
+        "--dry-run", "--test", "search-api", "--branch", "main", "--attr", "os=linux", str(csv)
+    )
+
+    assert result.exit_code == 0, result.output
+    first, second = (orjson.loads(line) for line in _lines(result))
+    assert first["test"] == "search-api"  # a CSV names no test of its own: replaced
+    assert (first["commit"], second["commit"]) == ("aaa", "bbb")  # the file's, not a flag's
+    assert first["branch"] == "main" and first["attributes"] == {"os": "linux"}
+    assert first["run_id"] != second["run_id"]
+
+
+def test_run_id_flag_must_not_name_two_runs_of_one_test(tmp_path: Path) -> None:
+    csv = tmp_path / "search.csv"
+    csv.write_text("time,score\n2024-01-01T00:00:00Z,1\n2024-01-02T00:00:00Z,2\n")
+    result = _publish("--dry-run", "--run-id", "build-7", str(csv))
+    assert result.exit_code == 2
+    assert "several runs of test 'search'" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def tool_reports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Reports written by pytest-benchmark, Google Benchmark and hyperfine."""
+    work = tmp_path_factory.mktemp("tool_reports")
+    (work / "pytest-benchmark").mkdir()
+    return [
+        _tool_reports.pytest_benchmark_report(work / "pytest-benchmark")[0],
+        _tool_reports.google_benchmark_report(work, 3),
+        *_tool_reports.hyperfine_reports(work).values(),
+    ]
+
+
+def test_republishing_the_same_report_gives_the_same_run_ids(tool_reports: list[Path]) -> None:
+    report = tool_reports[0]
+    first = _publish("--dry-run", "--test", "suite", str(report))
+    os.utime(report, (0, 0))  # as a copy of the file would: another modification time
+    second = _publish("--dry-run", "--test", "suite", str(report))
+    assert first.exit_code == second.exit_code == 0
+    assert first.stdout_bytes == second.stdout_bytes
+    tests = [orjson.loads(line)["test"] for line in _lines(first)]
+    assert tests[0] == "suite/test_speed.py::test_sum"  # a tool report: --test is a prefix
+
+
+def test_commit_and_branch_from_ci_variables(tmp_path: Path) -> None:
+    csv = tmp_path / "t.csv"
+    csv.write_text("time,score\n2024-01-01T00:00:00Z,1\n")
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_SHA": "f" * 40, "GITHUB_REF_NAME": "release"}
+    result = CliRunner(env=env).invoke(main, ["publish", "--dry-run", str(csv)])
+    assert result.exit_code == 0, result.output
+    record = orjson.loads(result.stdout_bytes)
+    assert (record["commit"], record["branch"]) == ("f" * 40, "release")
+
+
+# --- through the brokers ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(each_broker: BrokerHandle) -> Iterator[pulsar.Client]:
+    client = make_client(each_broker)
+    yield client
+    client.close()
+
+
+def _subscribe(client: pulsar.Client, topic: str) -> pulsar.Consumer:
+    return client.subscribe(
+        topic,
+        "reader",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+
+
+def _receive(consumer: pulsar.Consumer, count: int) -> list[pulsar.Message]:
+    messages = []
+    for _ in range(count):
+        message = consumer.receive(timeout_millis=30_000)
+        consumer.acknowledge(message)
+        messages.append(message)
+    with pytest.raises(pulsar.Timeout):  # and nothing more
+        consumer.receive(timeout_millis=500)
+    return messages
+
+
+def test_every_format_reads_back_as_dry_run_prints(
+    each_broker: BrokerHandle,
+    client: pulsar.Client,
+    unique_topic: Callable[[], str],
+    tool_reports: list[Path],
+    tmp_path: Path,
+) -> None:
+    jsonl = _write_jsonl(tmp_path / "records.jsonl", [_record("json-lines", i) for i in range(3)])
+    json_array = tmp_path / "records.json"
+    json_array.write_bytes(orjson.dumps([_record("json-array", i) for i in range(2)]))
+    csv = tmp_path / "runs.csv"
+    csv.write_text("time,commit,ops\n2024-01-01T00:00:00Z,aaa,100\n2024-01-02T00:00:00Z,bbb,90\n")
+    files = [jsonl, json_array, csv, *tool_reports]
+    paths = [str(path) for path in files]
+
+    dry = _publish("--dry-run", *paths)
+    assert dry.exit_code == 0, dry.output
+    expected = _lines(dry)
+    assert len(expected) == 3 + 2 + 2 + 3 + 3 + 3
+
+    topic = unique_topic()
+    consumer = _subscribe(client, topic)
+    sent = _publish("--pulsar-url", each_broker.service_url, "--records-topic", topic, *paths)
+    assert sent.exit_code == 0, sent.output
+    assert f"published {len(expected)} record(s) to {topic}; all acknowledged" in sent.stderr
+
+    messages = _receive(consumer, len(expected))
+    assert sorted(m.data() for m in messages) == sorted(expected)
+    # keyed by test, and each test's runs in the order of the files
+    by_key: dict[str, list[bytes]] = defaultdict(list)
+    for message in messages:
+        assert message.partition_key() == orjson.loads(message.data())["test"]
+        by_key[message.partition_key()].append(message.data())
+    for key, payloads in by_key.items():
+        assert payloads == [line for line in expected if orjson.loads(line)["test"] == key]
+
+
+def test_ten_thousand_records_all_acknowledged(
+    pulsar_broker: BrokerHandle, unique_topic: Callable[[], str], tmp_path: Path
+) -> None:
+    client = make_client(pulsar_broker)
+    count = 10_000
+    path = _write_jsonl(tmp_path / "many.jsonl", [_record(f"t{i % 100}", i) for i in range(count)])
+    topic = unique_topic()
+    consumer = _subscribe(client, topic)
+
+    result = _publish(
+        "--pulsar-url", pulsar_broker.service_url, "--records-topic", topic, str(path)
+    )
+
+    assert result.exit_code == 0, result.output
+    assert f"published {count} record(s)" in result.stderr
+    run_ids = {orjson.loads(m.data())["run_id"] for m in _receive(consumer, count)}
+    client.close()
+    assert len(run_ids) == count
+
+
+def test_publisher_api_waits_for_every_ack(
+    each_broker: BrokerHandle, client: pulsar.Client, unique_topic: Callable[[], str]
+) -> None:
+    topic = unique_topic()
+    consumer = _subscribe(client, topic)
+    with Publisher(each_broker.service_url, topic=topic) as publisher:
+        for index in range(50):
+            publisher.publish(_record("api", index))
+        with pytest.raises(RecordError, match=r"\$\.run_id: required property is missing"):
+            publisher.publish({key: v for key, v in _record("api", 99).items() if key != "run_id"})
+    assert publisher.acknowledged == 50
+    received = [orjson.loads(m.data())["run_id"] for m in _receive(consumer, 50)]
+    assert received == [f"api-run-{index}" for index in range(50)]
+
+
+def test_refused_message_is_named_with_the_broker_error(
+    client: pulsar.Client, unique_topic: Callable[[], str]
+) -> None:
+    topic = unique_topic()
+    consumer = _subscribe(client, topic)
+    too_big = b"x" * (6 * 1024 * 1024)  # over the broker's 5 MiB message limit
+    with pytest.raises(PublishError) as caught, Publisher(client=client, topic=topic) as publisher:
+        publisher.send(b"{}", key="k", label="first")
+        publisher.send(too_big, key="k", label="records.jsonl line 2")
+        publisher.send(b"{}", key="k", label="third")
+    assert [(f.label, f.error) for f in caught.value.failures] == [
+        ("records.jsonl line 2", "MessageTooBig")
+    ]
+    assert "records.jsonl line 2: MessageTooBig" in str(caught.value)
+    assert publisher.acknowledged == 2
+    assert len(_receive(consumer, 2)) == 2
+
+
+def test_without_a_url_the_embedded_broker_is_used(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "runs.jsonl", [_record("local", i) for i in range(3)])
+    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "PERFWATCH_BROKER_URL": ""}
+    result = CliRunner(env=env).invoke(
+        main, ["publish", "--no-auto-identity", "--records-topic", "local-records", str(path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "published 3 record(s)" in result.stderr
+    # the broker was stopped with the command; its data folder kept the records
+    with open_broker(None, data_dir=tmp_path / "data" / "perfwatch" / "embedded") as handle:
+        client = make_client(handle)
+        consumer = _subscribe(client, "persistent://public/default/local-records")
+        received = [orjson.loads(m.data()) for m in _receive(consumer, 3)]
+        client.close()
+    assert received == [_record("local", i) for i in range(3)]

@@ -1,0 +1,317 @@
+"""`perfwatch analyze` end to end: files in, change points out, clean failures."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import importlib.util
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from click.testing import CliRunner, Result
+
+from otava_reference import OtavaReference
+from perfwatch.cli.main import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NIGHTLY_CSV = EXAMPLES / "nightly.csv"
+NIGHTLY_JSONL = EXAMPLES / "nightly.jsonl"
+DIRECTIONS = [
+    "--direction",
+    "throughput_ops_s=higher",
+    "--direction",
+    "p99_latency_ms=lower",
+    "--direction",
+    "peak_memory_mb=lower",
+]
+
+
+def run(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, ["analyze", *map(str, args)])
+
+
+def run_json(*args: str | Path) -> dict:
+    result = run(*args, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    return orjson.loads(result.stdout)
+
+
+def step_csv(path: Path, *, points: int = 60, step_at: int = 30, seed: int = 7) -> Path:
+    """A series that is 100 +- 1 and then 120 +- 1 from ``step_at`` on."""
+    rng = np.random.default_rng(seed)
+    values = 100 + rng.normal(0, 1, points) + np.where(np.arange(points) >= step_at, 20, 0)
+    lines = ["time,commit,x"] + [
+        f"2024-01-01T{i // 60:02d}:{i % 60:02d}:00Z,c{i:03d},{v:.3f}" for i, v in enumerate(values)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def summary(doc: dict) -> dict[str, list[tuple[int, str]]]:
+    return {
+        s["metric"]: [(c["index"], c["direction"]) for c in s["change_points"]]
+        for s in doc["series"]
+    }
+
+
+# --- the shipped example ----------------------------------------------------------------------
+
+
+def test_example_finds_the_generated_events() -> None:
+    doc = run_json(NIGHTLY_CSV, *DIRECTIONS)
+    assert [(s["test"], s["points"]) for s in doc["series"]] == [("nightly", 120)] * 3
+    # examples/generate.py: +12% throughput from run 38, +18% latency from run 74,
+    # +20% memory for runs 96-101.
+    assert summary(doc) == {
+        "throughput_ops_s": [(38, "improvement")],
+        "p99_latency_ms": [(74, "regression")],
+        "peak_memory_mb": [(96, "regression"), (102, "improvement")],
+    }
+    with NIGHTLY_CSV.open() as stream:
+        rows = list(csv.DictReader(stream))
+    latency = doc["series"][1]["change_points"][0]
+    assert latency["time"] == rows[74]["time"]
+    assert latency["commit"] == rows[74]["commit"]
+    assert latency["forward_change_percent"] == pytest.approx(18, abs=2)
+    assert latency["mean_after"] > latency["mean_before"]
+    assert set(latency) == {
+        "index",
+        "time",
+        "commit",
+        "forward_change_percent",
+        "magnitude",
+        "mean_before",
+        "stddev_before",
+        "mean_after",
+        "stddev_after",
+        "pvalue",
+        "direction",
+    }
+
+
+def test_record_file_gives_the_same_answer_with_its_own_directions() -> None:
+    assert run_json(NIGHTLY_JSONL) == run_json(NIGHTLY_CSV, *DIRECTIONS)
+
+
+def test_unknown_suffixes_are_recognised_by_content(tmp_path: Path) -> None:
+    records = tmp_path / "nightly.records"
+    records.write_bytes(NIGHTLY_JSONL.read_bytes())
+    table = tmp_path / "nightly.data"
+    table.write_bytes(NIGHTLY_CSV.read_bytes())
+    assert run_json(records) == run_json(table, *DIRECTIONS) == run_json(NIGHTLY_JSONL)
+
+
+def test_examples_are_regenerated_byte_for_byte(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("generate_examples", EXAMPLES / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write_examples(tmp_path)
+    for name in ("nightly.csv", "nightly.jsonl"):
+        assert (tmp_path / name).read_bytes() == (EXAMPLES / name).read_bytes()
+
+
+def test_compat_mode_matches_otava_on_the_example(otava: OtavaReference) -> None:
+    doc = run_json(NIGHTLY_CSV, "--compat", "otava")
+    with NIGHTLY_CSV.open() as stream:
+        rows = list(csv.DictReader(stream))
+    for series in doc["series"]:
+        expected = otava.change_points([float(row[series["metric"]]) for row in rows])
+        assert [(c["index"], c["pvalue"]) for c in series["change_points"]] == [
+            (c["index"], pytest.approx(c["pvalue"], rel=1e-9)) for c in expected
+        ]
+
+
+def test_text_output_marks_change_points_without_colour_off_a_terminal() -> None:
+    result = run(NIGHTLY_CSV, *DIRECTIONS)
+    assert result.exit_code == 0
+    out = result.stdout
+    assert "\x1b[" not in out
+    assert "nightly / p99_latency_ms  (lower is better, 120 runs, 1 change point(s))" in out
+    lines = out.splitlines()
+    marker = next(i for i, line in enumerate(lines) if "+18." in line and "regression" in line)
+    assert lines[marker].startswith("---- change point: +18.")
+    # The row right after the marker is run 74, the first one after the change.
+    assert lines[marker + 1].startswith("2024-03-15 02:00:00 +0000")
+    assert out.rstrip().endswith(
+        "3 series, 4 change point(s): 2 regression, 2 improvement, 0 unknown"
+    )
+
+
+def test_terminal_gets_colours_and_a_progress_bar(tmp_path: Path) -> None:
+    paths = [step_csv(tmp_path / f"b{i:02d}.csv", points=24, step_at=12, seed=i) for i in range(25)]
+    controller, terminal = pty.openpty()
+    # A fresh pseudo-terminal is 0 columns wide; give it a real size so tqdm draws.
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    entry = "from perfwatch.cli.main import main; main()"
+    command = [sys.executable, "-c", entry, "analyze", "--window", "24"]
+    process = subprocess.Popen(
+        [*command, "--direction", "x=lower", *map(str, paths)],
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closes when the process ends
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(controller)
+    assert process.wait(timeout=300) == 0
+    screen = b"".join(chunks).decode()
+    assert "25/25" in screen  # the progress bar, drawn on stderr
+    assert "\x1b[31m---- change point: +" in screen  # regressions in red
+    assert "25 regression" in screen
+
+
+# --- detection and options --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "direction"),
+    [
+        ([], "unknown"),
+        (["--direction", "x=lower"], "regression"),
+        (["--direction", "x=higher_is_better"], "improvement"),
+    ],
+)
+def test_index_is_the_first_point_after_the_step(
+    tmp_path: Path, flags: list[str], direction: str
+) -> None:
+    doc = run_json(step_csv(tmp_path / "step.csv"), *flags)
+    assert doc["series"][0]["test"] == "step"
+    (change,) = doc["series"][0]["change_points"]
+    assert (change["index"], change["commit"], change["direction"]) == (30, "c030", direction)
+    assert change["time"] == "2024-01-01T00:30:00Z"
+
+
+def test_filters_select_the_runs_analysed(tmp_path: Path) -> None:
+    path = step_csv(tmp_path / "step.csv")
+    assert summary(run_json(path, "--last", "40"))["x"] == [(10, "unknown")]
+    since = run_json(path, "--since", "c010", "--until", "2024-01-01T00:49:00Z")
+    assert since["series"][0]["points"] == 40
+    assert summary(since)["x"] == [(20, "unknown")]
+    assert summary(run_json(path, "--until", "c029"))["x"] == []
+
+
+def test_thresholds_reach_the_detector(tmp_path: Path) -> None:
+    path = step_csv(tmp_path / "step.csv")
+    assert summary(run_json(path, "-P", "1e-300"))["x"] == []
+    assert summary(run_json(path, "-M", "0.5"))["x"] == []
+    assert summary(run_json(path, "--window", "20", "-M", "0.1"))["x"] == [(30, "unknown")]
+
+
+def test_metrics_option_limits_the_series() -> None:
+    doc = run_json(NIGHTLY_CSV, "--metrics", "peak_memory_mb,p99_latency_ms")
+    assert [s["metric"] for s in doc["series"]] == ["p99_latency_ms", "peak_memory_mb"]
+
+
+def test_many_files_are_analysed_in_one_call(tmp_path: Path) -> None:
+    paths = [
+        step_csv(tmp_path / f"bench_{i:03d}.csv", points=24, step_at=12, seed=i) for i in range(150)
+    ]
+    doc = run_json(*paths, "--window", "24")
+    assert [s["test"] for s in doc["series"]] == [f"bench_{i:03d}" for i in range(150)]
+    assert all(s["points"] == 24 for s in doc["series"])
+    found = {s["test"]: [c["index"] for c in s["change_points"]] for s in doc["series"]}
+    # Every file has one 20-sigma step at run 12: nothing else may be reported.
+    assert {test: at for test, at in found.items() if at != [12]} == {}
+
+
+def test_branch_selects_the_runs_of_one_branch(tmp_path: Path) -> None:
+    lines = NIGHTLY_JSONL.read_bytes().splitlines()
+    mixed = [
+        line.replace(b'"branch":"main"', b'"branch":"dev"') if i % 10 == 0 else line
+        for i, line in enumerate(lines)
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\n".join(mixed) + b"\n")
+    refused = run(path)
+    assert refused.exit_code == 2
+    assert "several branches (dev, main)" in refused.stderr
+    doc = run_json(path, "--branch", "main")
+    assert [s["points"] for s in doc["series"]] == [108] * 3
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+GOOD = "time,x\n2024-01-01,1\n2024-01-02,2\n2024-01-03,3\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "location", "fragment"),
+    [
+        (None, "", "no such file"),
+        ("", ":1", "file is empty"),
+        (
+            "time,x\n2024-01-01,1\n",
+            ":1:2",
+            "x: a single run; change-point analysis needs at least 2",
+        ),
+        ("time,x,x\n2024-01-01,1,1\n", ":1:3", "duplicate column name 'x'"),
+        (GOOD + "2024-01-04,abc\n", ":5:2", "unparsable number 'abc'"),
+        (GOOD + "2024-01-04,NaN\n", ":5:2", "non-finite value 'NaN'"),
+        (GOOD + "2024-01-04,-inf\n", ":5:2", "non-finite value '-inf'"),
+        (GOOD + "04/01/2024,4\n", ":5:1", "unparsable time '04/01/2024'"),
+    ],
+)
+def test_bad_input_fails_with_location_and_no_output(
+    tmp_path: Path, text: str | None, location: str, fragment: str
+) -> None:
+    good = tmp_path / "good.csv"
+    good.write_text(GOOD)
+    bad = tmp_path / "bad.csv"
+    if text is not None:
+        bad.write_text(text)
+    result = run(good, bad)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"perfwatch analyze: error: {bad}{location}: ")
+    assert fragment in result.stderr
+
+
+def test_bad_record_line_is_located(tmp_path: Path) -> None:
+    lines = NIGHTLY_JSONL.read_bytes().splitlines()
+    lines[4] = lines[4].replace(b'"timestamp":"2024-01-05T02:00:00Z"', b'"timestamp":"5 Jan"')
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    result = run(path)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith(
+        f"perfwatch analyze: error: {path}:5:1: $.timestamp: is not an RFC 3339"
+    )
+
+
+def test_selection_leaving_too_few_runs_is_an_error(tmp_path: Path) -> None:
+    result = run(step_csv(tmp_path / "s.csv"), "--since", "2030-01-01")
+    assert result.exit_code == 2
+    assert "x: no runs after filtering" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--metrics", "nope"], "no metric named 'nope'"),
+        (["--direction", "x=sideways"], "is not METRIC=higher or METRIC=lower"),
+        (["--since", "not-a-commit"], "neither a commit of this series nor an ISO 8601"),
+        (["-P", "2"], "-P"),
+        (["--sep", "ab"], "not a single character"),
+    ],
+)
+def test_bad_options_exit_2(tmp_path: Path, args: list[str], fragment: str) -> None:
+    result = run(step_csv(tmp_path / "s.csv"), *args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert fragment in result.stderr

@@ -1,0 +1,235 @@
+"""The run-or-skip evaluation's verdicts, and `perfwatch recommend`/`profile` on its files.
+
+The evaluation is the one in benchmarks/eval_run_or_skip.py with the same
+300 inputs and seeds, without profiling every input on the new code: the
+uploader in examples/config_service, profiled for real, with its two real
+code updates judged from a sample.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from perfwatch.cli.main import main
+from perfwatch.contract.models import InputProfile
+from perfwatch.detectors.inputs import InputClustering, input_table
+from perfwatch.readers.input_profile import (
+    InputProfileFile,
+    read_input_profile,
+    write_input_profile,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+# The evaluation's suite: a smaller one draws another sample, whose votes can sit at the
+# limit (docs/run-or-skip.md §5).
+INPUTS = 300
+
+
+@pytest.fixture(scope="module")
+def evaluation() -> Iterator[ModuleType]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(REPO / "examples"))
+        from config_service import evaluation
+
+        yield evaluation
+
+
+@pytest.fixture(scope="module")
+def quick_run(evaluation: ModuleType) -> dict:
+    from config_service import payloads, versions
+
+    inputs = payloads.generate(INPUTS, seed=1)
+    baseline = evaluation.profile_suite(versions.BASELINE, inputs, repeats=7)
+    clustering = InputClustering().fit(*input_table(baseline.profiles))
+    judged = {
+        update: evaluation.judge_update(update, clustering, baseline.profiles, inputs, repeats=15)
+        for update in versions.UPDATES
+    }
+    return {"baseline": baseline, "clustering": clustering, "judged": judged}
+
+
+def test_bottleneck_runs_and_refactor_skips(quick_run: dict) -> None:
+    # Real timings on a shared machine: the baseline profiled in interleaved
+    # rounds and the sample with many alternating passes (docs/run-or-skip.md §3).
+    bottleneck = quick_run["judged"]["bottleneck"].recommendation
+    refactor = quick_run["judged"]["refactor"].recommendation
+    assert bottleneck.decision == "run", bottleneck.seed_table()
+    assert refactor.decision == "skip", refactor.seed_table()
+    for recommendation in (bottleneck, refactor):
+        sampled = sum(len(ids) for ids in quick_run["judged"]["refactor"].sample.values())
+        assert len(recommendation.votes) == sampled
+        assert recommendation.drift is not None
+        # JSON-ready for verdict events
+        document = orjson.loads(orjson.dumps(recommendation.to_dict()))
+        assert document["decision"] == recommendation.decision
+
+
+def test_the_refactor_keeps_every_count(quick_run: dict) -> None:
+    for vote in quick_run["judged"]["refactor"].recommendation.votes:
+        assert vote.numbers["statement_change"] == 0
+
+
+def write(path: Path, kind: str, profiles: list[InputProfile]) -> Path:
+    write_input_profile(path, InputProfileFile.create(kind=kind, profiles=profiles))
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(quick_run: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("profiles")
+    judged = quick_run["judged"]["bottleneck"]
+    recommendation = judged.recommendation
+    sampled = {vote.input_id for vote in recommendation.votes}
+    return {
+        "baseline": write(
+            directory / "baseline.json", "full_suite", quick_run["baseline"].profiles
+        ),
+        "update": write(directory / "update.json", "update_sample", judged.updated),
+        "reference": write(
+            directory / "reference.json",
+            "update_sample",
+            [p for p in judged.reference if p.input_id in sampled],
+        ),
+    }
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_recommend_json_matches_the_library(
+    quick_run: dict, files: dict[str, Path], tmp_path: Path
+) -> None:
+    status, output = invoke(
+        "recommend",
+        "--baseline", str(files["baseline"]),
+        "--update", str(files["update"]),
+        "--reference", str(files["reference"]),
+        "--format", "json",
+        "--plot", str(tmp_path / "clusters.png"),
+    )  # fmt: skip
+    assert status == 0, output
+    document = orjson.loads(output)
+    expected = quick_run["judged"]["bottleneck"].recommendation.to_dict()
+    assert document["recommendation"]["decision"] == expected["decision"]
+    assert document["recommendation"]["votes"] == expected["votes"]
+    clusters = document["clustering"]["clusters"]
+    assert sum(cluster["size"] for cluster in clusters) == INPUTS
+    assert all(set(cluster) >= {"members", "centre", "size"} for cluster in clusters)
+    assert (tmp_path / "clusters.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_recommend_text_prints_the_seed_table(quick_run: dict, files: dict[str, Path]) -> None:
+    decision = quick_run["judged"]["bottleneck"].recommendation.decision
+    status, output = invoke(
+        "recommend",
+        "--baseline", str(files["baseline"]),
+        "--update", str(files["update"]),
+        "--reference", str(files["reference"]),
+    )  # fmt: skip
+    assert status == 0, output
+    assert f"Recommendation: {decision.upper()} the full performance suite" in output
+    assert "Timethreshold" in output and "Gradient" in output
+    assert "acceptable slowdown 38%" in output
+
+
+def test_recommend_without_update_shows_clusters_and_writes_the_sample(
+    quick_run: dict, files: dict[str, Path], tmp_path: Path
+) -> None:
+    sample = tmp_path / "sample.txt"
+    status, output = invoke(
+        "recommend", "--baseline", str(files["baseline"]), "--per-cluster", "2",
+        "--seed", "4", "--sample-out", str(sample),
+    )  # fmt: skip
+    assert status == 0, output
+    assert "Sample to profile (2 per cluster, seed 4)" in output
+    listed = sample.read_text().split()
+    assert len(listed) == 2 * len(quick_run["clustering"].clusters_)
+    assert set(listed) <= {p.input_id for p in quick_run["baseline"].profiles}
+
+
+def test_a_close_vote_prints_the_command_to_sample_more(tmp_path: Path) -> None:
+    def make(input_id: str, statements: int, time: float) -> InputProfile:
+        return InputProfile(input_id, statements, time, time, 100, statements, 5, 5, 5)
+
+    baseline = [make(f"in-{i}", 100 * i, 0.01 * i) for i in range(1, 9)]
+    update = [make("in-1", 100, 0.05), make("in-2", 200, 0.02)]
+    write(tmp_path / "b.json", "full_suite", baseline)
+    update_file = InputProfileFile.create(
+        kind="update_sample", profiles=update, command=["pytest", "tests/perf", "-q"]
+    )
+    write_input_profile(tmp_path / "u.json", update_file)
+    status, output = invoke(
+        "recommend", "--baseline", str(tmp_path / "b.json"), "--update", str(tmp_path / "u.json"),
+        "--method", "kmeans", "--n-clusters", "1",
+    )  # fmt: skip
+    assert status == 0, output
+    assert "Advice: the vote is close (50% run)" in output
+    assert (
+        f"perfwatch recommend --baseline {tmp_path / 'b.json'} --method kmeans --n-clusters 1 "
+        "--per-cluster 6 --seed 0 --sample-out sample.txt && perfwatch profile --only "
+        "sample.txt -o update.json -- tests/perf -q" in output
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--baseline", "missing.json"], "missing.json: no such file"),
+        (["--baseline", "{baseline}", "--acceptable-slowdown", "lots"], "not a share"),
+        (["--baseline", "{baseline}", "--attributes", "size,colour"], "unknown attribute"),
+    ],
+)
+def test_bad_input_is_named(files: dict[str, Path], args: list[str], message: str) -> None:
+    status, output = invoke("recommend", *[a.format(baseline=files["baseline"]) for a in args])
+    assert status == 2 and message in output
+
+
+def test_profile_runs_the_suite_through_the_plugin(tmp_path: Path) -> None:
+    output = tmp_path / "suite.json"
+    environment = os.environ | {"CONFIG_SERVICE_INPUTS": "8"}
+    completed = subprocess.run(
+        [
+            sys.executable, "-c", "from perfwatch.cli.main import main; main()",
+            "profile", "-o", str(output),
+            "--repeats", "1", "--",
+            str(REPO / "examples" / "config_service" / "perf_suite"),
+            "-q", "-p", "no:cacheprovider",
+        ],
+        env=environment, capture_output=True, text=True, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "8 input profiles (full_suite) written to" in completed.stderr
+    profiles = read_input_profile(output).profiles
+    assert len(profiles) == 8
+    assert all(p.statements > 0 and p.size > 1000 for p in profiles)
+
+
+def test_published_profiles_form_a_valid_record() -> None:
+    from perfwatch.adapters.identity import Identity, complete_record
+    from perfwatch.cli.profile import profile_record
+    from perfwatch.contract.models import Record
+    from perfwatch.contract.validation import validate_record
+
+    profiles = [
+        InputProfile("a", 10.0, 0.002, 0.001, 100, 50, 3, 4, 5),
+        InputProfile("b", 20.0, 0.004, 0.003, 200, 90, 5, 8, 9),
+    ]
+    profile_file = InputProfileFile.create(kind="full_suite", profiles=profiles)
+    record = complete_record(
+        profile_record(profile_file, "perf-suite"), explicit=Identity(), defaults=Identity()
+    )
+    assert validate_record(record) == []
+    parsed = Record.from_json(record)
+    assert parsed.inputs is not None and parsed.inputs.profiles == profiles
+    assert parsed.metrics["inputs_cpu_time_s"].value == pytest.approx(0.004)

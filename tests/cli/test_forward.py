@@ -1,0 +1,273 @@
+"""`perfwatch forward`: retries, back-off and dead-lettering against a real local HTTP server."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import orjson
+import pulsar
+import pytest
+from click.testing import CliRunner
+
+from _verdict_samples import verdict
+from perfwatch.adapters.verdict_feed import summary_fields
+from perfwatch.adapters.webhook import (
+    TemplateError,
+    WebhookSender,
+    check_template,
+    forward_verdicts,
+    slack_payload,
+)
+from perfwatch.brokers.handle import BrokerHandle, make_client
+from perfwatch.cli.main import main
+from perfwatch.contract.codec import dumps
+
+REFUSAL = "failing on purpose"
+
+
+class Webhook:
+    """An HTTP server that answers each request by a plan: for the first plan key found in
+    the body, the next status of its list (then 200); it records every request."""
+
+    def __init__(self, plan: dict[str, list[int | tuple[int, dict[str, str]]]]) -> None:
+        self.plan = {key: list(answers) for key, answers in plan.items()}
+        self.requests: list[tuple[bytes, str]] = []  # body, content type
+        self.accepted: list[bytes] = []
+        self.attempts: dict[str, int] = defaultdict(int)
+        webhook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                status, headers = webhook._answer(body, self.headers["Content-Type"])
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                text = b"ok" if status == 200 else REFUSAL.encode()
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _answer(self, body: bytes, content_type: str) -> tuple[int, dict[str, str]]:
+        self.requests.append((body, content_type))
+        key = next((key for key in self.plan if key.encode() in body), None)
+        if key is not None:
+            self.attempts[key] += 1
+        answer = self.plan[key].pop(0) if key is not None and self.plan[key] else 200
+        status, headers = answer if isinstance(answer, tuple) else (answer, {})
+        if status == 200:
+            self.accepted.append(body)
+        return status, headers
+
+
+@pytest.fixture
+def webhook_factory() -> Iterator[Callable[..., Webhook]]:
+    started: list[Webhook] = []
+
+    def start(plan: dict[str, list[int | tuple[int, dict[str, str]]]]) -> Webhook:
+        webhook = Webhook(plan)
+        webhook.thread.start()
+        started.append(webhook)
+        return webhook
+
+    yield start
+    for webhook in started:
+        webhook.server.shutdown()
+        webhook.server.server_close()
+
+
+def _sender(url: str, sleeps: list[float], **options: float) -> WebhookSender:
+    return WebhookSender(
+        url,
+        max_attempts=int(options.get("max_attempts", 3)),
+        initial_backoff_s=options.get("initial_backoff_s", 0.5),
+        max_backoff_s=options.get("max_backoff_s", 1.5),
+        sleep=sleeps.append,
+    )
+
+
+# --- delivery ---------------------------------------------------------------------------
+
+
+def test_retries_with_exponential_backoff_until_accepted(webhook_factory: Callable) -> None:
+    webhook = webhook_factory({"flaky": [500, 503]})
+    sleeps: list[float] = []
+    delivery = _sender(webhook.url, sleeps).deliver(b'{"text": "flaky"}')
+    assert (delivery.accepted, delivery.attempts) == (True, 3)
+    assert sleeps == [0.5, 1.0]
+    assert webhook.accepted == [b'{"text": "flaky"}']
+
+
+def test_gives_up_after_max_attempts_with_the_last_error(webhook_factory: Callable) -> None:
+    webhook = webhook_factory({"down": [500] * 10})
+    sleeps: list[float] = []
+    delivery = _sender(webhook.url, sleeps, max_attempts=4).deliver(b'{"text": "down"}')
+    assert (delivery.accepted, delivery.attempts) == (False, 4)
+    assert delivery.error == "HTTP 500 Internal Server Error: failing on purpose"
+    assert sleeps == [0.5, 1.0, 1.5]  # doubling, capped at the maximum
+    assert webhook.attempts["down"] == 4
+
+
+def test_client_errors_are_not_retried_but_429_is(webhook_factory: Callable) -> None:
+    webhook = webhook_factory(
+        {"bad": [400], "busy": [(429, {"Retry-After": "1"}), (503, {"Retry-After": "7"})]}
+    )
+    sleeps: list[float] = []
+    sender = _sender(webhook.url, sleeps, initial_backoff_s=0.1, max_backoff_s=5)
+    refused = sender.deliver(b"bad")
+    assert (refused.accepted, refused.attempts) == (False, 1)
+    assert refused.error == "HTTP 400 Bad Request: failing on purpose (not retried)"
+    assert sleeps == []
+    busy = sender.deliver(b"busy")
+    assert (busy.accepted, busy.attempts) == (True, 3)
+    assert sleeps == [1.0, 5.0]  # Retry-After honoured, up to the maximum back-off
+
+
+def test_unreachable_webhook_is_retried() -> None:
+    with socket.socket() as probe:  # a port nothing listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sleeps: list[float] = []
+    delivery = _sender(f"http://127.0.0.1:{port}/hook", sleeps).deliver(b"{}")
+    assert (delivery.accepted, delivery.attempts) == (False, 3)
+    assert delivery.error is not None and delivery.error.startswith("ConnectError")
+    assert sleeps == [0.5, 1.0]
+
+
+def test_slack_payload_and_template() -> None:
+    document = verdict()
+    assert orjson.loads(slack_payload(document)) == {"text": summary_fields(document)["summary"]}
+    text = orjson.loads(slack_payload(document, "{label}: {test}/{metric} {change} at {commit}"))
+    assert text == {"text": "REGRESSION: api/search/p99 +12.3% at abc1234def56"}
+    with pytest.raises(TemplateError, match=r"unknown field \{owner\}"):
+        check_template("{owner} look at {test}")
+    with pytest.raises(TemplateError, match=r"unknown field \{change\}"):
+        check_template("{change:>10}")
+    with pytest.raises(TemplateError, match="Single '}'"):
+        check_template("oops }")
+
+
+# --- through the brokers -----------------------------------------------------------------
+
+
+@pytest.fixture
+def client(each_broker: BrokerHandle) -> Iterator[pulsar.Client]:
+    client = make_client(each_broker)
+    yield client
+    client.close()
+
+
+def _subscribe(client: pulsar.Client, topic: str, name: str) -> pulsar.Consumer:
+    return client.subscribe(
+        topic,
+        name,
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+
+
+def test_forward_retries_dead_letters_and_acknowledges(
+    each_broker: BrokerHandle,
+    client: pulsar.Client,
+    unique_topic: Callable[[str], str],
+    webhook_factory: Callable,
+) -> None:
+    topic = unique_topic("verdicts")
+    dead_letter_topic = f"{topic}-hooks-DLQ"
+    dead_letters = _subscribe(client, dead_letter_topic, "inspect")
+    webhook = webhook_factory({"svc/flaky": [500, 502], "svc/down": [500] * 10, "svc/fine": []})
+    producer = client.create_producer(topic)
+    flaky, down, fine = (verdict(test=name) for name in ("svc/flaky", "svc/down", "svc/fine"))
+    improvement = verdict(test="svc/faster", direction="improvement", change=-9.0)
+    for payload in (dumps(flaky), dumps(down), b"<html>not a verdict</html>"):
+        producer.send(payload, partition_key="k")
+    producer.send(dumps(improvement))
+    producer.send(dumps(fine))
+    command = ["forward", "--webhook", webhook.url, "--pulsar-url", each_broker.service_url]
+    command += ["--verdicts-topic", topic, "--subscription", "hooks", "--from-earliest"]
+    command += ["--max-attempts", "3", "--backoff", "0.01", "--regressions-only"]
+
+    result = CliRunner().invoke(main, [*command, "--idle-timeout", "1.5"])
+
+    assert result.exit_code == 0, result.output
+    assert f"2 delivered, 2 dead-lettered to {dead_letter_topic}, 1 filtered out" in result.stderr
+    assert webhook.attempts == {"svc/flaky": 3, "svc/down": 3, "svc/fine": 1}
+    assert [orjson.loads(body)["text"].split()[1] for body in webhook.accepted] == [
+        "svc/flaky",
+        "svc/fine",
+    ]
+    assert {content_type for _, content_type in webhook.requests} == {"application/json"}
+
+    dead = [dead_letters.receive(timeout_millis=10_000) for _ in range(2)]
+    assert [message.data() for message in dead] == [dumps(down), b"<html>not a verdict</html>"]
+    down_properties = dead[0].properties()
+    assert down_properties["perfwatch-attempts"] == "3"
+    assert (
+        down_properties["perfwatch-error"] == "HTTP 500 Internal Server Error: failing on purpose"
+    )
+    assert down_properties["REAL_TOPIC"].startswith(topic)
+    assert dead[0].partition_key() == "k"
+    assert dead[1].properties()["perfwatch-error"].startswith("not a verdict")
+
+    # Everything was acknowledged: a restarted forwarder finds nothing to do.
+    requests_before = len(webhook.requests)
+    again = CliRunner().invoke(main, [*command, "--idle-timeout", "1"])
+    assert again.exit_code == 0, again.output
+    assert "0 delivered, 0 dead-lettered" in again.stderr
+    assert len(webhook.requests) == requests_before
+
+
+def test_raw_payload_is_the_published_verdict(
+    each_broker: BrokerHandle,
+    client: pulsar.Client,
+    unique_topic: Callable[[str], str],
+    webhook_factory: Callable,
+) -> None:
+    topic = unique_topic("verdicts")
+    webhook = webhook_factory({})
+    payload = dumps(verdict("recommendation"))
+    client.create_producer(topic).send(payload)
+    result = CliRunner().invoke(
+        main,
+        [
+            *("forward", "--webhook", webhook.url, "--payload", "raw", "--from-earliest"),
+            *("--pulsar-url", each_broker.service_url, "--verdicts-topic", topic, "--limit", "1"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert webhook.requests == [(payload, "application/json")]
+
+
+def test_verdict_stays_unacknowledged_when_it_cannot_be_dead_lettered(
+    client: pulsar.Client, unique_topic: Callable[[str], str], webhook_factory: Callable
+) -> None:
+    topic = unique_topic("verdicts")
+    webhook = webhook_factory({"svc/down": [500] * 10})
+    payload = dumps(verdict(test="svc/down"))
+    client.create_producer(topic).send(payload)
+    consumer = _subscribe(client, topic, "hooks")
+    dead_letter = client.create_producer(unique_topic("dlq"))
+    dead_letter.close()  # the dead-letter send fails
+
+    with pytest.raises(pulsar.PulsarException):
+        forward_verdicts(
+            [consumer.receive(timeout_millis=10_000)],
+            consumer,
+            _sender(webhook.url, [], max_attempts=2),
+            dead_letter,
+        )
+    consumer.close()
+
+    redelivered = _subscribe(client, topic, "hooks").receive(timeout_millis=10_000)
+    assert redelivered.data() == payload

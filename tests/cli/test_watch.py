@@ -1,0 +1,293 @@
+"""`perfwatch watch`: verdict lines, filters, and following the verdicts topic on the brokers."""
+
+from __future__ import annotations
+
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import click
+import orjson
+import pulsar
+import pytest
+from click.testing import CliRunner
+
+from _verdict_samples import COMMIT, EMITTED_AT, verdict
+from perfwatch.adapters.verdict_feed import (
+    SeenVerdicts,
+    VerdictFilter,
+    is_regression,
+    parse_since,
+)
+from perfwatch.brokers.admin import admin_request
+from perfwatch.brokers.handle import BrokerHandle, make_client
+from perfwatch.cli.main import main
+from perfwatch.cli.watch import verdict_line
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.timestamps import format_rfc3339
+
+PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"]
+
+# --- lines and filters ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        (
+            verdict(),
+            "2024-05-01T12:00:00Z  REGRESSION  api/search p99 +12.3% p=0.0012 "
+            "commit abc1234def56 [branch=main]  change_point.detected",
+        ),
+        (
+            verdict(direction="improvement", change=-8.0),
+            "2024-05-01T12:00:00Z  IMPROVEMENT api/search p99 -8.0% p=0.0012 "
+            "commit abc1234def56 [branch=main]  change_point.detected",
+        ),
+        (
+            verdict("change_point.updated"),
+            "2024-05-01T12:00:00Z  REGRESSION  api/search p99 +12.3% p=0.0012 "
+            "commit abc1234def56 (moved) [branch=main]  change_point.updated",
+        ),
+        (
+            verdict("change_point.retracted"),
+            "2024-05-01T12:00:00Z  RETRACTED   api/search p99 +6.2% p=0.0012 "
+            "commit abc1234def56 (regression no longer seen) [branch=main]  change_point.retracted",
+        ),
+        (
+            verdict("counter_regression.detected"),
+            "2024-05-01T12:00:00Z  REGRESSION  api/search (counters: regression, 1 cluster(s)) "
+            "[branch=main]  counter_regression.detected",
+        ),
+        (
+            verdict("recommendation"),
+            "2024-05-01T12:00:00Z  RUN         api/search (67% of votes say run) "
+            "[branch=main]  recommendation",
+        ),
+    ],
+)
+def test_verdict_line(document: dict, expected: str) -> None:
+    line = verdict_line(document)
+    assert click.unstyle(line) == expected
+    assert line != expected  # coloured until click.echo strips it for a non-terminal
+
+
+def test_regression_line_is_red() -> None:
+    assert click.style("REGRESSION ", fg="red", bold=True) in verdict_line(verdict())
+
+
+def test_filters() -> None:
+    regression = verdict()
+    improvement = verdict(direction="improvement", change=-5.0, test="db/write")
+    counters = verdict("counter_regression.detected", test="db/read")
+    retracted = verdict("change_point.retracted")
+    everything = [regression, improvement, counters, retracted]
+
+    def kept(verdict_filter: VerdictFilter) -> list[dict]:
+        return [document for document in everything if verdict_filter.accepts(document)]
+
+    assert kept(VerdictFilter()) == everything
+    assert kept(VerdictFilter(tests=["db/*"])) == [improvement, counters]
+    assert kept(VerdictFilter(kinds=["change_point"])) == [regression, improvement, retracted]
+    assert kept(VerdictFilter(kinds=["change_point.retracted"])) == [retracted]
+    assert kept(VerdictFilter(regressions_only=True)) == [regression, counters]
+    assert [is_regression(document) for document in everything] == [True, False, True, False]
+    later = verdict(emitted_at=EMITTED_AT + timedelta(hours=2))
+    assert not VerdictFilter(since=EMITTED_AT + timedelta(hours=1)).accepts(regression)
+    assert VerdictFilter(since=EMITTED_AT + timedelta(hours=1)).accepts(later)
+
+
+def test_a_repeated_verdict_id_is_seen_once() -> None:
+    seen = SeenVerdicts(capacity=2)
+    first, second, third = verdict(test="a"), verdict(test="b"), verdict(test="c")
+    assert [seen.first_time(v) for v in (first, second, first, second)] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert seen.first_time(third)  # pushes the oldest id (first's) out
+    assert seen.first_time(first)
+    assert seen.first_time({"kind": "no id"}) and seen.first_time({"kind": "no id"})
+    with pytest.raises(ValueError, match="capacity"):
+        SeenVerdicts(capacity=0)
+
+
+def test_replay_shows_a_verdict_published_twice_once(
+    each_broker: BrokerHandle, client: pulsar.Client, unique_topic: Callable[[str], str]
+) -> None:
+    topic = unique_topic("verdicts")
+    once, twice = dumps(verdict(test="svc/once")), dumps(verdict(test="svc/twice"))
+    _produce(client, topic, [twice, once, twice])
+    arguments = ["watch", *_on(each_broker, topic), "--from-earliest", "--idle-timeout", "1"]
+    result = CliRunner().invoke(main, [*arguments, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes.splitlines() == [twice, once]
+
+
+def test_parse_since() -> None:
+    now = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    assert parse_since("90s", now) == now - timedelta(seconds=90)
+    assert parse_since("2h", now) == now - timedelta(hours=2)
+    assert parse_since("1w", now) == now - timedelta(days=7)
+    assert parse_since("2024-04-30", now) == datetime(2024, 4, 30, tzinfo=UTC)
+    assert parse_since("2024-04-30T10:00:00+02:00", now) == datetime(2024, 4, 30, 8, tzinfo=UTC)
+    with pytest.raises(ValueError, match="neither a time"):
+        parse_since("yesterday", now)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [(["--kind", "change"], "unknown kind 'change'"), (["--since", "soon"], "neither a time")],
+)
+def test_bad_options_are_usage_errors(option: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["watch", "--pulsar-url", "pulsar://127.0.0.1:1", *option])
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+# --- on the brokers -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(each_broker: BrokerHandle) -> Iterator[pulsar.Client]:
+    client = make_client(each_broker)
+    yield client
+    client.close()
+
+
+def _on(broker: BrokerHandle, topic: str, kind: str = "verdicts") -> list[str]:
+    return ["--pulsar-url", broker.service_url, f"--{kind}-topic", topic]
+
+
+def _produce(client: pulsar.Client, topic: str, payloads: list[bytes]) -> None:
+    producer = client.create_producer(topic)
+    for payload in payloads:
+        producer.send(payload)
+    producer.close()
+
+
+def test_replay_as_json_passes_documents_through(
+    each_broker: BrokerHandle, client: pulsar.Client, unique_topic: Callable[[str], str]
+) -> None:
+    topic = unique_topic("verdicts")
+    documents = [
+        verdict(),
+        verdict(direction="improvement", change=-5.0),
+        verdict("counter_regression.detected"),
+        verdict("recommendation"),
+        verdict(emitted_at=EMITTED_AT - timedelta(days=30)),
+    ]
+    payloads = [dumps(document) for document in documents]
+    _produce(client, topic, [*payloads[:2], b"not a verdict", *payloads[2:]])
+    base = ["watch", *_on(each_broker, topic), "--from-earliest", "--idle-timeout", "1"]
+    base += ["--format", "json"]
+
+    everything = CliRunner().invoke(main, base)
+    assert everything.exit_code == 0, everything.output
+    assert everything.stdout_bytes.splitlines() == payloads
+    assert "not JSON" in everything.stderr
+
+    regressions = CliRunner().invoke(
+        main, [*base, "--regressions-only", "--since", format_rfc3339(EMITTED_AT)]
+    )
+    assert regressions.exit_code == 0, regressions.output
+    assert regressions.stdout_bytes.splitlines() == [payloads[0], payloads[2]]
+
+
+def _read_line(stream: object, timeout_s: float) -> str:
+    selector = selectors.DefaultSelector()
+    selector.register(stream, selectors.EVENT_READ)
+    if not selector.select(timeout_s):
+        raise AssertionError(f"no output within {timeout_s} s")
+    return stream.readline()  # type: ignore[attr-defined]
+
+
+def test_publish_then_a_processor_then_watch(
+    each_broker: BrokerHandle,
+    client: pulsar.Client,
+    unique_topic: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """Records published with `perfwatch publish` reach a consumer standing in for the
+    processor; the verdicts it emits show up in a running `perfwatch watch`."""
+    records_topic, verdicts_topic = unique_topic("records"), unique_topic("verdicts")
+    records = tmp_path / "runs.csv"
+    records.write_text(
+        f"time,commit,latency\n2024-05-01T00:00:00Z,{COMMIT},100\n"
+        "2024-05-02T00:00:00Z,fedcba9876543210,112\n"
+    )
+    processor = client.subscribe(
+        records_topic,
+        "processor",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    watcher = subprocess.Popen(
+        [*PERFWATCH, "watch", "--no-color", "--limit", "2", *_on(each_broker, verdicts_topic)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _read_line(watcher.stderr, 60).startswith(f"watching {verdicts_topic}")
+        published = CliRunner().invoke(
+            main,
+            [
+                "publish",
+                "--no-auto-identity",
+                *_on(each_broker, records_topic, "records"),
+                str(records),
+            ],
+        )
+        assert published.exit_code == 0, published.output
+
+        verdicts = client.create_producer(verdicts_topic)
+        for direction in ("regression", "improvement"):
+            message = processor.receive(timeout_millis=30_000)
+            record = orjson.loads(message.data())
+            document = verdict(test=record["test"], metric="latency", direction=direction)
+            document["change_point"]["commit"] = record["commit"]
+            verdicts.send(dumps(document))
+            processor.acknowledge(message)
+
+        lines = [_read_line(watcher.stdout, 30).rstrip("\n") for _ in range(2)]
+        assert watcher.wait(timeout=30) == 0
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    assert lines == [
+        "2024-05-01T12:00:00Z  REGRESSION  runs latency +12.3% p=0.0012 "
+        "commit abc1234def56 [branch=main]  change_point.detected",
+        "2024-05-01T12:00:00Z  IMPROVEMENT runs latency +12.3% p=0.0012 "
+        "commit fedcba987654 [branch=main]  change_point.detected",
+    ]
+
+
+def test_watch_leaves_no_subscription_behind(
+    pulsar_broker: BrokerHandle, unique_topic: Callable[[str], str]
+) -> None:
+    topic = unique_topic("verdicts")
+    client = make_client(pulsar_broker)
+    _produce(client, topic, [dumps(verdict())])
+    client.close()
+    result = CliRunner().invoke(
+        main,
+        ["watch", *_on(pulsar_broker, topic), "--from-earliest", "--limit", "1"],
+    )
+    assert result.exit_code == 0, result.output
+    assert pulsar_broker.admin_url is not None
+    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/subscriptions"
+    deadline = time.monotonic() + 10
+    while True:
+        status, body = admin_request(pulsar_broker.admin_url, "GET", path)
+        assert status == 200, body
+        if orjson.loads(body) == [] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert orjson.loads(body) == []

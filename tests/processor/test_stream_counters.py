@@ -1,0 +1,334 @@
+"""The counter-cluster check on the stream: baselines of good runs, regression verdicts.
+
+Unit tests drive `CounterCheckHandler` (after the change-point handler, as the
+processor runs them) on a SQLite store; the integration test runs the real
+processor on the embedded broker and on real Apache Pulsar. The counter samples
+come from the generator of `benchmarks/eval_counters.py`: 29 Windows counters of
+an application server under load, in correlated groups, with warm-up, gaps and
+run-to-run variation; its injection "B" costs 60% more user CPU per request.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+import pytest
+
+from _processor_support import (
+    processor_config,
+    unique_topics,
+    verdicts_of_twice_published,
+)
+from perfwatch.brokers.handle import BrokerHandle
+from perfwatch.config import Config, ConfigError, load_config
+from perfwatch.contract.codec import dumps, parse_record
+from perfwatch.contract.models import Record, Verdict
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import RECORD_SCHEMA, validate_verdict
+from perfwatch.contract.verdicts import DETECTED
+from perfwatch.dashboard import figures, queries
+from perfwatch.detectors.counters import CounterRegressionCheck
+from perfwatch.processor import counterchecks
+from perfwatch.processor.changepoints import ChangePointHandler
+from perfwatch.processor.counterchecks import (
+    COUNTER_BASELINE_NAMESPACE,
+    PASSED_KIND,
+    REGRESSION_KIND,
+    CounterCheckHandler,
+)
+from perfwatch.processor.handlers import RecordHandler, baseline_key, build_handlers
+from perfwatch.state import StateStore, open_store
+
+T0 = datetime(2024, 9, 2, 3, 0, tzinfo=UTC)
+TEST = "shop.checkout"
+MAIN = {"branch": "main"}
+TIMEOUT = 120.0
+EVAL_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "eval_counters.py"
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("eval_counters", EVAL_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+GENERATOR = _load_generator()
+
+
+def counters_block(seed: int, injection: str | None = None) -> dict[str, Any]:
+    samples = GENERATOR.simulate_run(seed, injection=injection)
+    rows = [[None if math.isnan(v) else float(v) for v in row] for row in samples.values]
+    return {"names": list(samples.names), "values": rows}
+
+
+def record_doc(
+    run: int,
+    *,
+    injection: str | None = None,
+    hour: int | None = None,
+    latency: float | None = None,
+    with_counters: bool = True,
+) -> dict[str, Any]:
+    """Run `run` of the test (its counters seeded by the run number), at hour `hour`."""
+    doc: dict[str, Any] = {
+        "schema": RECORD_SCHEMA,
+        "test": TEST,
+        "run_id": f"run-{run}",
+        "commit": f"c{run:04d}",
+        "branch": "main",
+        "timestamp": format_rfc3339(T0 + timedelta(hours=run if hour is None else hour)),
+        "metrics": {}
+        if latency is None
+        else {"latency_ms": {"value": latency, "direction": "lower_is_better"}},
+    }
+    if with_counters:
+        doc["counters"] = counters_block(1000 + run, injection)
+    return doc
+
+
+def record(run: int, **kwargs: Any) -> Record:
+    return parse_record(orjson.dumps(record_doc(run, **kwargs)))
+
+
+def config_with(**settings: Any) -> Config:
+    base = Config()
+    return base.model_copy(update={"counters": base.counters.model_copy(update=settings)})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[StateStore]:
+    with open_store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        yield store
+
+
+def process(
+    store: StateStore, handlers: Sequence[RecordHandler], rec: Record
+) -> tuple[list[Verdict], int]:
+    """Every handler's verdicts for one record, in one transaction as the processor runs
+    them, and how many entered the outbox."""
+    produced: list[Verdict] = []
+    queued = 0
+    with store.transaction() as tx:
+        for handler in handlers:
+            verdicts = handler.handle(rec, tx, T0 + timedelta(days=30), tuple(produced))
+            produced.extend(verdicts)
+            for verdict in verdicts:
+                outcome = tx.add_verdict(
+                    verdict.verdict_id, verdict.kind, dumps(verdict), "unit", rec.test, ""
+                )
+                queued += outcome not in (None, False)
+    return produced, queued
+
+
+def baseline_runs(store: StateStore) -> list[str]:
+    data = store.get_blob(COUNTER_BASELINE_NAMESPACE, baseline_key(TEST, MAIN))
+    return [] if data is None else [run["run_id"] for run in orjson.loads(data)["runs"]]
+
+
+def counter_verdicts(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    return [v for v in verdicts if v.kind in (REGRESSION_KIND, PASSED_KIND)]
+
+
+# --- the handler -------------------------------------------------------------------------------
+
+
+def test_the_processor_runs_the_counter_check_after_the_change_points() -> None:
+    kinds = [type(handler) for handler in build_handlers(Config())]
+    assert kinds.index(ChangePointHandler) < kinds.index(CounterCheckHandler)
+
+
+def test_good_runs_fill_the_baseline_silently_up_to_its_size(store: StateStore) -> None:
+    handler = CounterCheckHandler(Config())  # 5 runs, judged from 3 on, passes unpublished
+    for run in range(7):
+        verdicts, _ = process(store, [handler], record(run))
+        assert verdicts == []
+    assert baseline_runs(store) == [f"run-{run}" for run in range(2, 7)]
+
+
+def test_a_regression_is_published_with_its_evidence_and_kept_out_of_the_baseline(
+    store: StateStore,
+) -> None:
+    handler = CounterCheckHandler(Config())
+    for run in range(3):
+        process(store, [handler], record(run))
+    verdicts, queued = process(store, [handler], record(3, injection="B"))
+    (verdict,) = verdicts
+    assert queued == 1
+    assert verdict.kind == REGRESSION_KIND and verdict.record_run_id == "run-3"
+    assert validate_verdict(verdict.to_json()) == []
+    block = verdict.counter_check
+    assert block is not None
+    assert block["verdict"] == "regression" and block["regression"] is True
+    assert block["baseline_run_ids"] == ["run-0", "run-1", "run-2"]
+    assert block["baseline"]["runs"] == 3
+    assert block["threshold"] == 0.3 and block["max_excess_error"] > 0.3
+    flagged = [c for c in block["clusters"] if c["flagged"]]
+    # The CPU counters sit in a flagged cluster and are among those to look at first.
+    assert any("\\Process(java)\\% User Time" in c["members"] for c in flagged)
+    assert "\\Process(java)\\% User Time" in block["look_first"]
+    assert verdict.series.test == TEST and verdict.series.metric is None
+    assert verdict.series.attributes == MAIN
+    assert baseline_runs(store) == ["run-0", "run-1", "run-2"]
+    # What the dashboard shows of it.
+    (item,) = queries.counter_checks(store, test=TEST)
+    assert item["kind"] == REGRESSION_KIND
+    assert set(figures.counter_figures(item["verdict"]["counter_check"])) == {"errors", "means"}
+    # The next good run is judged against the same good runs, passes and joins them.
+    verdicts, _ = process(store, [handler], record(4))
+    assert verdicts == []
+    assert baseline_runs(store) == ["run-0", "run-1", "run-2", "run-4"]
+
+
+def test_a_calibrated_threshold_comes_from_the_baseline_runs(store: StateStore) -> None:
+    handler = CounterCheckHandler(config_with(calibrate=True))
+    for run in range(3):
+        process(store, [handler], record(run))
+    (verdict,), _ = process(store, [handler], record(3, injection="B"))
+    block = verdict.counter_check
+    assert block is not None and block["verdict"] == "regression"
+    calibration = block["calibration"]
+    # each baseline run checked against the other two, as calibrate() does on files
+    runs = [GENERATOR.simulate_run(1000 + run, label=f"run-{run}") for run in range(3)]
+    expected = CounterRegressionCheck().calibrate(runs).calibration_
+    assert expected is not None
+    assert calibration["runs"] == ["run-0", "run-1", "run-2"]
+    assert calibration["largest_excess_errors"] == pytest.approx(expected["largest_excess_errors"])
+    assert block["threshold_source"] == "calibrated"
+    assert block["threshold"] == pytest.approx(calibration["threshold"])
+    assert block["threshold"] != 0.3 and block["max_excess_error"] > block["threshold"]
+    assert verdict.parameters["calibrate"] is True
+
+
+def test_passes_are_published_only_when_configured(store: StateStore) -> None:
+    handler = CounterCheckHandler(config_with(publish_passed=True, min_baseline_runs=2))
+    assert process(store, [handler], record(0)) == ([], 0)
+    assert process(store, [handler], record(1)) == ([], 0)
+    (verdict,), queued = process(store, [handler], record(2))
+    assert queued == 1 and verdict.kind == PASSED_KIND
+    assert verdict.counter_check is not None and verdict.counter_check["verdict"] == "pass"
+    assert verdict.counter_check["regression"] is False
+    assert validate_verdict(verdict.to_json()) == []
+    assert baseline_runs(store) == ["run-0", "run-1", "run-2"]
+
+
+def test_a_redelivered_record_changes_nothing_and_ids_are_deterministic(
+    tmp_path: Path,
+) -> None:
+    records = [record(0), record(1), record(2), record(3, injection="B")]
+    ids = []
+    for name in ("first", "second"):
+        with open_store(f"sqlite:///{tmp_path / f'{name}.db'}") as store:
+            handler = CounterCheckHandler(Config())
+            for rec in records[:-1]:
+                process(store, [handler], rec)
+            (verdict,), queued = process(store, [handler], records[-1])
+            assert queued == 1
+            ids.append(verdict.verdict_id)
+            before = store.get_blob(COUNTER_BASELINE_NAMESPACE, baseline_key(TEST, MAIN))
+            for rec in records:  # every record again, the regression included
+                assert process(store, [CounterCheckHandler(Config())], rec) == ([], 0)
+            after = store.get_blob(COUNTER_BASELINE_NAMESPACE, baseline_key(TEST, MAIN))
+            assert after == before
+            assert len(queries.counter_checks(store)) == 1
+    assert ids[0] == ids[1]
+
+
+def test_a_late_record_is_placed_by_its_timestamp(store: StateStore) -> None:
+    handler = CounterCheckHandler(config_with(baseline_runs=3, min_baseline_runs=2))
+    for run in (10, 20, 30):
+        process(store, [handler], record(run))
+    assert baseline_runs(store) == ["run-10", "run-20", "run-30"]
+    process(store, [handler], record(25))  # arrives late: between runs 20 and 30
+    assert baseline_runs(store) == ["run-20", "run-25", "run-30"]
+    process(store, [handler], record(5))  # older than the whole baseline: leaves it at once
+    assert baseline_runs(store) == ["run-20", "run-25", "run-30"]
+
+
+def test_with_a_full_memory_records_older_than_every_judged_run_are_ignored(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(counterchecks, "JUDGED_MEMORY", 3)
+    handler = CounterCheckHandler(config_with(baseline_runs=10, min_baseline_runs=10))
+    for run in (10, 20, 30, 40):
+        process(store, [handler], record(run))
+    process(store, [handler], record(10))  # forgotten by now: a redelivery or too late
+    process(store, [handler], record(15))  # older than the three runs remembered
+    process(store, [handler], record(35))  # late, but among the runs remembered
+    assert baseline_runs(store) == ["run-10", "run-20", "run-30", "run-35", "run-40"]
+
+
+def test_a_run_with_a_change_point_regression_stays_out_of_the_baseline(
+    store: StateStore,
+) -> None:
+    config = config_with(baseline_runs=20, min_baseline_runs=20)  # accumulate, judge nothing
+    handlers = build_handlers(config)
+    raised = []
+    for run in range(16):
+        latency = 100.0 * (1.5 if run >= 10 else 1.0) * (1 + 0.002 * (run % 3))
+        verdicts, _ = process(store, handlers, record(run, latency=latency))
+        detected = [
+            v
+            for v in verdicts
+            if v.kind == DETECTED
+            and v.change_point is not None
+            and v.change_point.direction == "regression"
+        ]
+        if detected:
+            raised.append(f"run-{run}")
+    assert raised, "the latency step raised no change-point regression"
+    expected = [f"run-{run}" for run in range(16) if f"run-{run}" not in raised]
+    assert baseline_runs(store) == expected
+
+
+def test_records_without_counters_leave_the_check_alone(store: StateStore) -> None:
+    handler = CounterCheckHandler(Config())
+    assert process(store, [handler], record(0, latency=5.0, with_counters=False)) == ([], 0)
+    assert store.get_blob(COUNTER_BASELINE_NAMESPACE, baseline_key(TEST, MAIN)) is None
+
+
+def test_counter_settings_come_from_the_file_and_are_checked(tmp_path: Path) -> None:
+    path = tmp_path / "perfwatch.toml"
+    path.write_text(
+        "[counters]\nbaseline_runs = 8\nthreshold = 0.2\npublish_passed = true\ncalibrate = true\n"
+    )
+    settings = load_config(path, env={}).counters
+    assert (settings.baseline_runs, settings.threshold, settings.publish_passed) == (8, 0.2, True)
+    assert settings.calibrate is True and Config().counters.calibrate is False
+    path.write_text("[counters]\nbaseline_runs = 4\nmin_baseline_runs = 5\n")
+    with pytest.raises(ConfigError, match=r"\[counters\]: min_baseline_runs must be from 2"):
+        load_config(path, env={})
+
+
+# --- through the processor and a broker ---------------------------------------------------------
+
+
+def test_counter_verdicts_through_the_broker_once_each(
+    each_broker: BrokerHandle, store: StateStore, unique_topic: Callable[[str], str]
+) -> None:
+    topics = unique_topics(unique_topic)
+    docs = [record_doc(0), record_doc(1), record_doc(2), record_doc(3, injection="B")]
+    docs.append(record_doc(4))
+    messages = [(TEST, orjson.dumps(doc)) for doc in docs]
+    config = processor_config(store.url, topics)
+    counters = config.counters.model_copy(update={"publish_passed": True})
+    config = config.model_copy(update={"counters": counters})
+    first, documents = verdicts_of_twice_published(config, store, each_broker, messages, TIMEOUT)
+    assert documents == first
+    kinds = {d["record_run_id"]: d["kind"] for d in documents}
+    assert kinds == {"run-3": REGRESSION_KIND, "run-4": PASSED_KIND}
+    assert len({d["verdict_id"] for d in documents}) == 2
+    assert all(validate_verdict(d) == [] for d in documents)
+    regression = next(d for d in documents if d["kind"] == REGRESSION_KIND)
+    assert regression["counter_check"]["baseline_run_ids"] == ["run-0", "run-1", "run-2"]
+    assert baseline_runs(store) == ["run-0", "run-1", "run-2", "run-4"]

@@ -1,0 +1,142 @@
+"""The pytest plugin, run on small generated test suites."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from perfwatch.readers.input_profile import read_input_profile
+
+pytest_plugins = ["pytester"]
+
+SUITE = """
+import pytest
+
+CALLS = []
+
+def work(n):
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+@pytest.mark.parametrize("n", [10, 200])
+def test_sizes(n):
+    CALLS.append(n)
+    assert work(n) == n * (n - 1) // 2
+
+def test_reported_size(record_property):
+    record_property("input_size", 4096)
+    work(5)
+
+def test_calls_so_far():
+    pass
+"""
+
+
+def test_without_the_option_tests_run_once_and_nothing_is_written(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_once="""
+CALLS = []
+
+def test_first():
+    CALLS.append(1)
+
+def test_second():
+    assert CALLS == [1]
+"""
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    assert not list(pytester.path.glob("*.json"))
+
+
+def test_every_test_and_input_is_profiled(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest(
+        "--perfwatch-profile=out.json", "--perfwatch-repeats=3", "--perfwatch-warmup=1"
+    )
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["perfwatch: 4 input profiles (full_suite) written to *out.json"])
+    profile_file = read_input_profile(pytester.path / "out.json")
+    by_id = {p.input_id: p for p in profile_file.profiles}
+    assert set(by_id) == {
+        "test_suite.py::test_sizes[10]",
+        "test_suite.py::test_sizes[200]",
+        "test_suite.py::test_reported_size",
+        "test_suite.py::test_calls_so_far",
+    }
+    small, large = by_id["test_suite.py::test_sizes[10]"], by_id["test_suite.py::test_sizes[200]"]
+    assert (small.size, large.size) == (10.0, 200.0)
+    assert (small.loop_iterations, large.loop_iterations) == (10, 200)
+    assert large.statements > small.statements
+    assert by_id["test_suite.py::test_reported_size"].size == 4096.0
+    assert profile_file.kind == "full_suite"
+    assert profile_file.measurement["timing_repeats"] == 3
+    # the command to profile the same suite again, without this plugin's options
+    assert profile_file.command is not None and profile_file.command[0] == "pytest"
+    assert not [arg for arg in profile_file.command if arg.startswith("--perfwatch")]
+
+
+def test_the_test_body_runs_once_per_pass(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE + "\ndef test_zz_count():\n    assert CALLS == []\n")
+    pytester.makepyfile(
+        test_after="""
+import test_suite
+
+def test_pass_count():
+    # warm-up 2 + timing 3 + memory + counting = 7 calls per input, an input's
+    # passes together (pytest 8.0 collects the two inputs in the other order)
+    calls = test_suite.CALLS
+    assert sorted(calls) == [10] * 7 + [200] * 7
+    assert calls[:7] == [calls[0]] * 7
+"""
+    )
+    result = pytester.runpytest(
+        "--perfwatch-profile=out.json",
+        "--perfwatch-repeats=3",
+        "--perfwatch-warmup=2",
+        "test_suite.py::test_sizes",
+        "test_after.py",
+    )
+    result.assert_outcomes(passed=3)
+
+
+def test_only_listed_inputs_are_profiled(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    (pytester.path / "sample.txt").write_text(
+        "# sampled inputs\ntest_suite.py::test_sizes[200]\ntest_suite.py::test_gone\n"
+    )
+    result = pytester.runpytest(
+        "--perfwatch-profile=update.json", "--perfwatch-only=sample.txt", "--perfwatch-repeats=1"
+    )
+    result.assert_outcomes(passed=1, deselected=3)
+    result.stdout.fnmatch_lines(["*1 ids listed in --perfwatch-only were not collected*"])
+    profile_file = read_input_profile(pytester.path / "update.json")
+    assert profile_file.kind == "update_sample"
+    assert [p.input_id for p in profile_file.profiles] == ["test_suite.py::test_sizes[200]"]
+
+
+def test_a_failing_test_fails_and_is_left_out(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_mixed="""
+def test_good():
+    pass
+
+def test_bad():
+    assert False
+"""
+    )
+    result = pytester.runpytest("--perfwatch-profile=out.json", "--perfwatch-repeats=1")
+    result.assert_outcomes(passed=1, failed=1)
+    doc = orjson.loads((pytester.path / "out.json").read_bytes())
+    assert [p["input_id"] for p in doc["profiles"]] == ["test_mixed.py::test_good"]
+
+
+def test_bad_repeats_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest("--perfwatch-profile=out.json", "--perfwatch-repeats=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--perfwatch-repeats must be at least 1, got 0*"])

@@ -1,0 +1,312 @@
+"""Converters for benchmark tools' reports, tested on reports the real tools wrote.
+
+Each report is produced here by running the tool (pytest-benchmark and Google
+Benchmark's Python bindings from PyPI, hyperfine from Debian), so a change in
+what the tools write shows up as a failing test.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import _tool_reports
+from perfwatch.adapters.identity import Identity, complete_record
+from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
+from perfwatch.contract.validation import validate_record
+from perfwatch.readers.detect import (
+    GOOGLE_BENCHMARK,
+    HYPERFINE,
+    OTAVA_CSV,
+    PERFWATCH,
+    PYTEST_BENCHMARK,
+    detect_format,
+    read_input_file,
+)
+from perfwatch.readers.errors import SourceError
+from perfwatch.readers.google_benchmark import records_from_google_benchmark
+from perfwatch.readers.hyperfine import records_from_hyperfine
+from perfwatch.readers.pytest_benchmark import records_from_pytest_benchmark
+
+LOWER = "lower_is_better"
+HIGHER = "higher_is_better"
+
+
+def _complete_and_validate(records: list[Any]) -> None:
+    for located in records:
+        record = complete_record(
+            located.record,
+            explicit=Identity(),
+            defaults=Identity(),
+            fallback_timestamp="2024-05-01T00:00:00Z",
+        )
+        assert validate_record(record) == [], (located.position, record)
+
+
+# --- pytest-benchmark ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pytest_benchmark_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return _tool_reports.pytest_benchmark_report(tmp_path_factory.mktemp("pytest_benchmark"))
+
+
+def test_pytest_benchmark_one_record_per_benchmark(
+    pytest_benchmark_report: tuple[Path, str],
+) -> None:
+    path, head = pytest_benchmark_report
+    report = orjson.loads(path.read_bytes())
+    records = records_from_pytest_benchmark(report, str(path))
+
+    assert [r.record["test"] for r in records] == [
+        "test_speed.py::test_sum",
+        "test_speed.py::test_sorted[10]",
+        "test_speed.py::test_sorted[100]",
+    ]
+    assert [r.position for r in records] == [f"$.benchmarks[{i}]" for i in range(3)]
+    for located, benchmark in zip(records, report["benchmarks"], strict=True):
+        record = located.record
+        assert record["commit"] == head
+        assert record["branch"] == "perf-branch"
+        # pytest-benchmark before 5.0 writes UTC without an offset
+        reported = datetime.fromisoformat(report["datetime"])
+        if reported.tzinfo is None:
+            reported = reported.replace(tzinfo=UTC)
+        assert record["timestamp"] == format_rfc3339(reported.astimezone(UTC))
+        stats = benchmark["stats"]
+        for name in ("mean", "median", "min", "max", "stddev"):
+            assert record["metrics"][name] == {
+                "value": stats[name],
+                "unit": "s",
+                "direction": LOWER,
+            }
+        assert record["metrics"]["ops"] == {
+            "value": stats["ops"],
+            "unit": "ops/s",
+            "direction": HIGHER,
+        }
+    assert "attributes" not in records[0].record
+    assert records[1].record["attributes"] == {"group": "sorting", "param.size": "10"}
+    assert records[2].record["attributes"] == {"group": "sorting", "param.size": "100"}
+    _complete_and_validate(records)
+
+
+def test_pytest_benchmark_outside_a_repository_has_no_commit() -> None:
+    report = {
+        "machine_info": {},
+        "commit_info": {"id": "unversioned", "branch": "(unknown)", "dirty": False},
+        "datetime": "2016-02-05T17:11:30.321219",  # older releases wrote naive UTC times
+        "benchmarks": [
+            {
+                "fullname": "t.py::test_a",
+                "stats": {s: 1.0 for s in ("mean", "median", "min", "max", "stddev", "ops")},
+            }
+        ],
+    }
+    (located,) = records_from_pytest_benchmark(report, "old.json")
+    assert "commit" not in located.record and "branch" not in located.record
+    assert located.record["timestamp"] == "2016-02-05T17:11:30.321219Z"
+
+
+def test_pytest_benchmark_missing_statistic_names_the_place() -> None:
+    report = {
+        "machine_info": {},
+        "benchmarks": [{"fullname": "t.py::test_a", "stats": {"mean": "fast"}}],
+    }
+    with pytest.raises(
+        SourceError,
+        match=r"bad\.json: \$\.benchmarks\[0\]\.stats\.mean: expected a number, got a string",
+    ):
+        records_from_pytest_benchmark(report, "bad.json")
+
+
+# --- Google Benchmark ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def google_benchmark_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """Reports of the same benchmarks with 1 and with 3 repetitions."""
+    work = tmp_path_factory.mktemp("google_benchmark")
+    return {n: _tool_reports.google_benchmark_report(work, n) for n in (1, 3)}
+
+
+def test_google_benchmark_single_runs(google_benchmark_reports: dict[int, Path]) -> None:
+    path = google_benchmark_reports[1]
+    report = orjson.loads(path.read_bytes())
+    records = records_from_google_benchmark(report, str(path))
+    by_test = {r.record["test"]: r.record for r in records}
+
+    # The failed benchmark and the complexity fits (BigO, RMS) are not runs.
+    assert list(by_test) == ["scan/64", "scan/128", "counted"]
+    entries = {e["name"]: e for e in report["benchmarks"]}
+    scan = by_test["scan/64"]
+    assert scan["metrics"]["real_time"] == {
+        "value": entries["scan/64"]["real_time"],
+        "unit": "ns",
+        "direction": LOWER,
+    }
+    assert scan["metrics"]["items_per_second"] == {
+        "value": entries["scan/64"]["items_per_second"],
+        "unit": "items/s",
+        "direction": HIGHER,
+    }
+    assert scan["attributes"] == {"executable": "bench.py", "label": "sum"}
+    assert scan["timestamp"] == format_rfc3339(parse_rfc3339(report["context"]["date"]))
+    counted = by_test["counted"]
+    assert counted["metrics"]["cpu_time"]["unit"] == "us"
+    assert counted["metrics"]["widgets"] == 3.0  # a user counter: no unit, no direction
+    _complete_and_validate(records)
+
+
+def test_google_benchmark_repetitions_use_the_aggregates(
+    google_benchmark_reports: dict[int, Path],
+) -> None:
+    path = google_benchmark_reports[3]
+    report = orjson.loads(path.read_bytes())
+    records = records_from_google_benchmark(report, str(path))
+    aggregates = {
+        (e["run_name"], e["aggregate_name"]): e
+        for e in report["benchmarks"]
+        if e["run_type"] == "aggregate"
+    }
+    assert [r.record["test"] for r in records] == ["scan/64", "scan/128", "counted"]
+    metrics = records[0].record["metrics"]
+    assert metrics["real_time"]["value"] == aggregates[("scan/64", "mean")]["real_time"]
+    assert metrics["cpu_time_median"] == {
+        "value": aggregates[("scan/64", "median")]["cpu_time"],
+        "unit": "ns",
+    }
+    assert metrics["real_time_stddev"]["value"] == aggregates[("scan/64", "stddev")]["real_time"]
+    # cv is a ratio, not a time
+    assert metrics["real_time_cv"] == aggregates[("scan/64", "cv")]["real_time"]
+    assert "items_per_second_median" not in metrics
+    _complete_and_validate(records)
+
+
+def test_google_benchmark_repetitions_without_aggregates_are_averaged() -> None:
+    entry = {"run_name": "BM_x", "run_type": "iteration", "time_unit": "ms", "cpu_time": 1.0}
+    report = {
+        "context": {"date": "2019-03-19T11:34:56-07:00", "executable": "/build/bench"},
+        "benchmarks": [{**entry, "real_time": 1.0}, {**entry, "real_time": 2.0}],
+    }
+    (located,) = records_from_google_benchmark(report, "r.json")
+    assert located.record["metrics"]["real_time"] == {
+        "value": 1.5,
+        "unit": "ms",
+        "direction": LOWER,
+    }
+    assert located.record["timestamp"] == "2019-03-19T18:34:56Z"
+    assert located.record["attributes"] == {"executable": "bench"}
+
+
+# --- hyperfine ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hyperfine_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return _tool_reports.hyperfine_reports(tmp_path_factory.mktemp("hyperfine"))
+
+
+def test_hyperfine_one_record_per_command(hyperfine_reports: dict[str, Path]) -> None:
+    path = hyperfine_reports["list"]
+    report = orjson.loads(path.read_bytes())
+    records = records_from_hyperfine(report, str(path))
+    assert [r.record["test"] for r in records] == ["echo a", "echo b"]
+    assert [r.record["attributes"] for r in records] == [{"param.word": "a"}, {"param.word": "b"}]
+    for located, result in zip(records, report["results"], strict=True):
+        metrics = located.record["metrics"]
+        assert set(metrics) == {"mean", "stddev", "median", "min", "max", "user", "system"}
+        assert metrics["mean"] == {"value": result["mean"], "unit": "s", "direction": LOWER}
+        assert "timestamp" not in located.record  # hyperfine writes no time
+    _complete_and_validate(records)
+
+
+def test_hyperfine_single_run_has_no_stddev(hyperfine_reports: dict[str, Path]) -> None:
+    path = hyperfine_reports["once"]
+    (located,) = records_from_hyperfine(orjson.loads(path.read_bytes()), str(path))
+    assert located.record["test"] == "noop"  # the --command-name
+    assert "stddev" not in located.record["metrics"]
+    assert "attributes" not in located.record
+
+
+def test_hyperfine_bad_value_names_the_place() -> None:
+    report = {"results": [{"command": "a", "mean": 1.0}, {"command": "b", "mean": True}]}
+    with pytest.raises(
+        SourceError, match=r"h\.json: \$\.results\[1\]\.mean: expected a number, got a boolean"
+    ):
+        records_from_hyperfine(report, "h.json")
+
+
+# --- detection ------------------------------------------------------------------------------
+
+
+def test_detect_format_of_real_reports(
+    pytest_benchmark_report: tuple[Path, str],
+    google_benchmark_reports: dict[int, Path],
+    hyperfine_reports: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    assert detect_format(pytest_benchmark_report[0]) == PYTEST_BENCHMARK
+    assert detect_format(google_benchmark_reports[3]) == GOOGLE_BENCHMARK
+    assert detect_format(hyperfine_reports["list"]) == HYPERFINE
+    (tmp_path / "runs.csv").write_text("time,commit,score\n2024-01-01T00:00:00Z,abc,1\n")
+    assert detect_format(tmp_path / "runs.csv") == OTAVA_CSV
+    record = {
+        "schema": "perfwatch.record/v1",
+        "test": "t",
+        "run_id": "r1",
+        "timestamp": "2024-01-01T00:00:00Z",
+        "metrics": {"m": 1},
+    }
+    (tmp_path / "records.json").write_bytes(orjson.dumps([record]))
+    assert detect_format(tmp_path / "records.json") == PERFWATCH
+    (tmp_path / "records.jsonl").write_bytes(orjson.dumps(record) + b"\n")
+    assert detect_format(tmp_path / "records.jsonl") == PERFWATCH
+
+
+def test_detect_format_refuses_unknown_json(tmp_path: Path) -> None:
+    path = tmp_path / "other.json"
+    path.write_text('{"something": "else"}')
+    with pytest.raises(SourceError, match=r"other\.json: not a perfwatch record file.*--format"):
+        detect_format(path)
+    path.write_text("{not json")
+    with pytest.raises(SourceError, match=r"other\.json: not valid JSON"):
+        detect_format(path)
+
+
+def test_csv_rows_become_records(tmp_path: Path) -> None:
+    path = tmp_path / "search.csv"
+    path.write_text(
+        "time,commit,version,throughput,latency\n"
+        "2024-01-02T00:00:00Z,bbb,1.1,101,\n"
+        "2024-01-01T00:00:00Z,aaa,1.0,100,5.5\n"
+    )
+    input_file = read_input_file(path)
+    assert input_file.format == OTAVA_CSV and not input_file.names_benchmarks
+    assert [r.record for r in input_file.records] == [
+        {
+            "test": "search",
+            "commit": "aaa",
+            "timestamp": "2024-01-01T00:00:00Z",
+            "attributes": {"version": "1.0"},
+            "metrics": {"throughput": 100.0, "latency": 5.5},
+        },
+        {
+            "test": "search",
+            "commit": "bbb",
+            "timestamp": "2024-01-02T00:00:00Z",
+            "attributes": {"version": "1.1"},
+            "metrics": {"throughput": 101.0},  # the empty cell is not a measurement
+        },
+    ]
+
+
+def test_csv_rows_that_cannot_be_told_apart_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "twice.csv"
+    path.write_text("time,commit,score\n2024-01-01T00:00:00Z,aaa,1\n2024-01-01T00:00:00Z,aaa,2\n")
+    with pytest.raises(SourceError, match="add a run_id column"):
+        read_input_file(path)

@@ -88,7 +88,7 @@ def setting(default: Any, description: str, *, unset: str | None = None, **const
 class Section(BaseModel):
     """A table of scalar settings: immutable, and unknown keys are errors."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class BrokerConfig(Section):
@@ -291,7 +291,7 @@ class AnalyzerRule:
 class Config(BaseModel):
     """The whole configuration; `Config()` is the built-in defaults (no file, no environment)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     broker: BrokerConfig = BrokerConfig()
     topics: TopicsConfig = TopicsConfig()

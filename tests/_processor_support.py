@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -115,16 +114,17 @@ def history(
 
 def processor_config(store_url: str, topics: dict[str, str], **consumer: Any) -> Config:
     base = Config()
-    return replace(
-        base,
-        store=replace(base.store, url=store_url),
-        topics=replace(base.topics, **topics),
-        consumer=replace(
-            base.consumer,
-            subscription=f"sub-{uuid.uuid4().hex[:8]}",
-            name=consumer.pop("name", f"proc-{uuid.uuid4().hex[:8]}"),
-            **consumer,
-        ),
+    consumer = {
+        "subscription": f"sub-{uuid.uuid4().hex[:8]}",
+        "name": f"proc-{uuid.uuid4().hex[:8]}",
+        **consumer,
+    }
+    return base.model_copy(
+        update={
+            "store": base.store.model_copy(update={"url": store_url}),
+            "topics": base.topics.model_copy(update=topics),
+            "consumer": base.consumer.model_copy(update=consumer),
+        }
     )
 
 

@@ -393,27 +393,15 @@ def toml_text(value: Any) -> str:
 
 
 def test_configuration_reference_lists_every_key_with_its_default() -> None:
-    from dataclasses import fields
-
-    from perfwatch.config import Config
+    from perfwatch.config import SECTIONS, Config
     from perfwatch.detectors.edivisive import EDivisiveParams
 
     config = Config()
     expected = {}
-    for section in (
-        "broker",
-        "topics",
-        "consumer",
-        "store",
-        "series",
-        "verdicts",
-        "observability",
-        "recommendation",
-        "counters",
-    ):
+    for section, model in SECTIONS.items():
         values = getattr(config, section)
-        for spec in fields(values):
-            expected[f"{section}.{spec.name}"] = toml_text(getattr(values, spec.name))
+        for name in model.model_fields:
+            expected[f"{section}.{name}"] = toml_text(getattr(values, name))
     for name, value in EDivisiveParams().to_dict().items():
         expected[f"analyzer.{name}"] = toml_text(value)
     documented = documented_defaults()
@@ -423,3 +411,14 @@ def test_configuration_reference_lists_every_key_with_its_default() -> None:
             assert documented[key].startswith("*("), key
         else:
             assert documented[key] == text, key
+
+
+def test_configuration_reference_rows_come_from_the_declarations() -> None:
+    """docs/deploy.md's settings rows are those scripts/config_reference.py writes."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "config_reference.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

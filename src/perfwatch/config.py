@@ -1,29 +1,52 @@
 """Processor configuration: defaults < `perfwatch.toml` < `PERFWATCH_*` variables < flags.
 
-Every key lives in a section (`[broker]`, `[topics]`, ...). A scalar key
-`section.key` can be set from the environment as `PERFWATCH_SECTION_KEY`
-(lists comma-separated) and from the command line through `overrides`
-({"section.key": value}). Analyzer rules and metric directions are tables and
-come from the file only. `perfwatch.example.toml` documents every key.
+Every setting is declared once below, in a section model (`[broker]`,
+`[topics]`, ...), with its type, default, constraint and help text; the
+command-line options, `perfwatch.example.toml` and the table in
+`docs/deploy.md` follow from these declarations. A setting `section.key` can
+be set from the environment as `PERFWATCH_SECTION_KEY` (lists comma-separated)
+and from the command line through `overrides` ({"section.key": value}).
+Analyzer rules and metric directions are tables and come from the file only.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import socket
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from perfwatch.contract.verdicts import VerdictPolicy
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 
-DIRECTIONS = ("higher_is_better", "lower_is_better")
-LOG_LEVELS = ("debug", "info", "warning", "error")
+if TYPE_CHECKING:
+    from pydantic.config import JsonDict
+
+    from perfwatch.contract.verdicts import VerdictPolicy
+
+Direction = Literal["higher_is_better", "lower_is_better"]
+DIRECTIONS: tuple[str, ...] = get_args(Direction)
+LogLevel = Literal["debug", "info", "warning", "error"]
+LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
+# The methods of perfwatch.detectors.inputs.InputClustering (not imported: it loads scikit-learn).
+ClusteringMethod = Literal["dbscan", "kmeans", "gmm", "agglomerative"]
+INPUT_CLUSTERING_METHODS: tuple[str, ...] = get_args(ClusteringMethod)
 CONFIG_ENV_VAR = "PERFWATCH_CONFIG"
 DEFAULT_CONFIG_FILE = "perfwatch.toml"
+ENV_PREFIX = "PERFWATCH_"
 
 
 class ConfigError(ValueError):
@@ -36,124 +59,221 @@ def default_store_url(env: Mapping[str, str]) -> str:
     return f"sqlite:///{Path(data_home) / 'perfwatch' / 'state.db'}"
 
 
-@dataclass(frozen=True)
-class BrokerConfig:
-    url: str | None = None  # None: start the embedded broker
-    admin_url: str | None = None  # HTTP admin API, used to turn on verdict deduplication
-    auth_token: str | None = None
-    tls_trust_certs: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_allow_insecure: bool = False
-    tls_validate_hostname: bool = True
-    # Seconds to wait for the broker's first answer before giving up on it.
-    connect_timeout: float = 10.0
-    # Lowest level of the Pulsar client's own log lines (debug, info, warning, error).
-    log_level: str = "warning"
+def _empty_is_none(value: Any) -> Any:
+    return None if value == "" else value
 
 
-@dataclass(frozen=True)
-class TopicsConfig:
-    records: str = "persistent://public/default/perfwatch-records"
-    verdicts: str = "persistent://public/default/perfwatch-verdicts"
-    dead_letter: str = "persistent://public/default/perfwatch-dead-letter"
+def _split_commas(value: Any) -> Any:
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    return value
 
 
-@dataclass(frozen=True)
-class ConsumerConfig:
-    subscription: str = "perfwatch"
-    # Names this process: consumer name, verdict producer name and outbox owner.
-    # Two live processors must not share it.
-    name: str = ""
-    batch_size: int = 100
-    batch_timeout_ms: int = 20
-    receiver_queue_size: int = 1000
-    max_redeliveries: int = 5
-    nack_delay_ms: int = 1000
-    # Larger records are dead-lettered as oversized.
-    max_record_bytes: int = 1_048_576
-    # Unpublished verdicts of another, silent owner are taken over after this long.
-    orphan_after_s: float = 30.0
+# A string that may be left empty ("" in the file or the environment: not set).
+OptionalStr = Annotated[str | None, BeforeValidator(_empty_is_none)]
+# A list of names; from the environment, comma-separated.
+NameList = Annotated[tuple[str, ...], BeforeValidator(_split_commas)]
 
 
-@dataclass(frozen=True)
-class StoreConfig:
-    url: str = ""
+def setting(default: Any, description: str, *, unset: str | None = None, **constraints: Any) -> Any:
+    """A setting's declaration: default, help text, constraints (`gt=0`, ...).
+
+    `unset` says what the empty default stands for ("the embedded broker"); it is
+    what help texts and the reference table show instead of the empty value.
+    """
+    extra: JsonDict | None = {"unset": unset} if unset is not None else None
+    return Field(default, description=description, json_schema_extra=extra, **constraints)
 
 
-@dataclass(frozen=True)
-class SeriesConfig:
-    # Record fields or attributes that, with test and metric, identify a series.
-    identifying_attributes: tuple[str, ...] = ("branch",)
+class Section(BaseModel):
+    """A table of scalar settings: immutable, and unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
-@dataclass(frozen=True)
-class ObservabilityConfig:
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 0  # 0: no /metrics endpoint
-    log_format: str = "text"  # text | json
-    log_level: str = "info"
+class BrokerConfig(Section):
+    url: OptionalStr = setting(
+        None,
+        "Pulsar service URL: pulsar://host:6650 or pulsar+ssl://host:6651.",
+        unset="the embedded broker",
+    )
+    admin_url: OptionalStr = setting(
+        None, "Pulsar admin URL (turns on verdict deduplication).", unset="none"
+    )
+    auth_token: OptionalStr = setting(
+        None,
+        "Pulsar authentication token (prefer PERFWATCH_BROKER_AUTH_TOKEN: "
+        "flags are visible to other users).",
+        unset="none",
+    )
+    tls_trust_certs: OptionalStr = setting(
+        None, "CA bundle trusted for pulsar+ssl:// URLs.", unset="none"
+    )
+    tls_cert: OptionalStr = setting(
+        None, "Client certificate for TLS authentication.", unset="none"
+    )
+    tls_key: OptionalStr = setting(None, "Client private key for TLS authentication.", unset="none")
+    tls_allow_insecure: bool = setting(False, "Accept any server certificate.")
+    tls_validate_hostname: bool = setting(True, "Check the server certificate's host name.")
+    connect_timeout: float = setting(
+        10.0,
+        "How long to wait for the broker's first answer before giving up (exit status 3).",
+        gt=0,
+    )
+    log_level: LogLevel = setting(
+        "warning", "Lowest level of the Pulsar client's own log lines (written to stderr)."
+    )
 
 
-# The methods of perfwatch.detectors.inputs.InputClustering (not imported: it loads scikit-learn).
-INPUT_CLUSTERING_METHODS = ("dbscan", "kmeans", "gmm", "agglomerative")
+class TopicsConfig(Section):
+    records: str = setting(
+        "persistent://public/default/perfwatch-records",
+        "Topic of the records (`publish` sends them there, `serve` reads them).",
+    )
+    verdicts: str = setting(
+        "persistent://public/default/perfwatch-verdicts",
+        "Topic of the verdicts (`serve` publishes them there; `watch`, `forward` and "
+        "`dashboard` read them).",
+    )
+    dead_letter: str = setting(
+        "persistent://public/default/perfwatch-dead-letter",
+        "Topic the records that cannot be processed go to, with the reason.",
+    )
 
 
-@dataclass(frozen=True)
-class RecommendationConfig:
+class ConsumerConfig(Section):
+    subscription: str = setting("perfwatch", "Subscription shared by all processors.")
+    name: str = setting(
+        "",
+        "This processor's unique name: consumer name, verdict producer name and owner "
+        "of its unpublished verdicts.",
+        unset="perfwatch-<hostname>",
+    )
+    batch_size: int = setting(100, "Messages taken per receive.", gt=0)
+    batch_timeout_ms: int = setting(20, "Milliseconds to wait to fill a batch.", ge=0)
+    receiver_queue_size: int = setting(1000, "Messages prefetched by the client.", gt=0)
+    max_redeliveries: int = setting(
+        5, "Failed processing attempts of a record before it is dead-lettered.", gt=0
+    )
+    nack_delay_ms: int = setting(
+        1000, "Milliseconds before a record whose processing failed is redelivered.", ge=0
+    )
+    max_record_bytes: int = setting(
+        1_048_576, "Larger records (bytes) are dead-lettered as oversized.", gt=0
+    )
+    orphan_after_s: float = setting(
+        30.0,
+        "Seconds after which another, silent processor's unpublished verdicts are taken over.",
+        ge=0,
+    )
+
+
+class StoreConfig(Section):
+    url: str = setting(
+        "",
+        "State store: sqlite:///PATH or postgresql://...",
+        unset="sqlite:///$XDG_DATA_HOME/perfwatch/state.db",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        if url and not url.startswith(("sqlite://", "postgresql://", "postgres://")):
+            raise ValueError("expected sqlite:///PATH or postgresql://...")
+        return url
+
+
+class SeriesConfig(Section):
+    identifying_attributes: NameList = setting(
+        ("branch",),
+        "Record fields or attributes that, with test and metric, identify a series.",
+    )
+
+
+class VerdictsConfig(Section):
+    """When a change point found again is reported as moved ("updated")."""
+
+    max_move: int = setting(
+        5, "A change point moved at most this many runs (same sign) is updated.", ge=0
+    )
+    change_rel_tolerance: float = setting(
+        0.25, "Relative change of the forward change that counts as updated.", ge=0
+    )
+    change_abs_tolerance_pct: float = setting(
+        1.0, "... and absolute change, in percentage points.", ge=0
+    )
+    pvalue_decades: float = setting(
+        3.0, "P-value move, in orders of magnitude, that counts as updated.", ge=0
+    )
+    pvalue_floor: float = setting(1e-9, "P-values below count as this.", gt=0)
+
+    def policy(self) -> VerdictPolicy:
+        from perfwatch.contract.verdicts import VerdictPolicy
+
+        return VerdictPolicy(**self.model_dump())
+
+
+class ObservabilityConfig(Section):
+    metrics_host: str = setting("127.0.0.1", "Address /metrics listens on.")
+    metrics_port: int = setting(
+        0, "Serve Prometheus /metrics on this port (0: none).", ge=0, le=65535
+    )
+    log_format: Literal["text", "json"] = setting(
+        "text", "Format of perfwatch's log lines (json: one object per line)."
+    )
+    log_level: LogLevel = setting(
+        "info", "Lowest level of perfwatch's own log lines (written to stderr)."
+    )
+
+
+class RecommendationConfig(Section):
     """Run-or-skip on the stream; the defaults are those of `perfwatch recommend`."""
 
-    method: str = "dbscan"
-    per_cluster: int = 3
-    acceptable_slowdown: float = 0.38
-    time_tolerance: float = 0.1
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.method not in INPUT_CLUSTERING_METHODS:
-            raise ConfigError(
-                f"recommendation.method: expected one of {', '.join(INPUT_CLUSTERING_METHODS)}, "
-                f"got {self.method!r}"
-            )
-        if self.per_cluster < 1:
-            raise ConfigError(
-                f"recommendation.per_cluster: must be at least 1, got {self.per_cluster}"
-            )
-        for name in ("acceptable_slowdown", "time_tolerance"):
-            if getattr(self, name) < 0:
-                raise ConfigError(
-                    f"recommendation.{name}: must be 0 or more, got {getattr(self, name)}"
-                )
+    method: ClusteringMethod = setting(
+        "dbscan", "Input clustering of a test's full-suite profiles."
+    )
+    per_cluster: int = setting(
+        3, "Inputs per cluster in a sample (a close vote lists a sample twice as large).", ge=1
+    )
+    acceptable_slowdown: float = setting(
+        0.38, "Largest acceptable drop of an input's slope statements/time.", ge=0
+    )
+    time_tolerance: float = setting(
+        0.1, "Share by which an input's time may exceed its cluster's threshold.", ge=0
+    )
+    seed: int = setting(0, "Sampling seed of the larger sample a close vote lists.")
 
 
-@dataclass(frozen=True)
-class CountersConfig:
+class CountersConfig(Section):
     """The counter-cluster check on the stream (docs/counters-stream.md)."""
 
-    # Baseline: the counter samples of this many latest runs without a regression verdict.
-    baseline_runs: int = 5
-    # Fewer stored runs than this: the record joins the baseline unjudged.
-    min_baseline_runs: int = 3
-    threshold: float = 0.30
-    # Replace the threshold with one calibrated on the baseline runs (leave-one-out).
-    calibrate: bool = False
-    publish_passed: bool = False
-    block: int = 10
+    baseline_runs: int = setting(
+        5, "Runs without a regression verdict kept as a test's baseline.", ge=2
+    )
+    min_baseline_runs: int = setting(
+        3,
+        "With fewer stored runs a record joins the baseline unjudged (from 2 to baseline_runs).",
+        ge=2,
+    )
+    threshold: float = setting(
+        0.30, "Prediction error (beyond a cluster's usual error) that flags a regression.", gt=0
+    )
+    calibrate: bool = setting(
+        False,
+        "Replace the threshold with one calibrated on the stored baseline runs "
+        "(leave-one-out, + 5 points; docs/counters-stream.md).",
+    )
+    publish_passed: bool = setting(False, "Also publish counter_check.passed verdicts.")
+    block: int = setting(10, "Samples per block for the models and errors.", ge=1)
 
-    def __post_init__(self) -> None:
-        if self.baseline_runs < 2:
-            raise ConfigError(
-                f"counters.baseline_runs: must be at least 2, got {self.baseline_runs}"
+    @model_validator(mode="after")
+    def _baseline_large_enough(self) -> CountersConfig:
+        if self.min_baseline_runs > self.baseline_runs:
+            raise ValueError(
+                f"min_baseline_runs must be from 2 to baseline_runs ({self.baseline_runs}), "
+                f"got {self.min_baseline_runs}"
             )
-        if not 2 <= self.min_baseline_runs <= self.baseline_runs:
-            raise ConfigError(
-                "counters.min_baseline_runs: must be from 2 to counters.baseline_runs "
-                f"({self.baseline_runs}), got {self.min_baseline_runs}"
-            )
-        if not self.threshold > 0:
-            raise ConfigError(f"counters.threshold: must be above 0, got {self.threshold}")
-        if self.block < 1:
-            raise ConfigError(f"counters.block: must be at least 1, got {self.block}")
+        return self
 
 
 @dataclass(frozen=True)
@@ -168,23 +288,26 @@ class AnalyzerRule:
         return fnmatch.fnmatchcase(test, self.test) and fnmatch.fnmatchcase(metric, self.metric)
 
 
-@dataclass(frozen=True)
-class Config:
-    broker: BrokerConfig = field(default_factory=BrokerConfig)
-    topics: TopicsConfig = field(default_factory=TopicsConfig)
-    consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
-    store: StoreConfig = field(default_factory=StoreConfig)
-    series: SeriesConfig = field(default_factory=SeriesConfig)
-    verdicts: VerdictPolicy = field(default_factory=VerdictPolicy)
-    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
-    recommendation: RecommendationConfig = field(default_factory=RecommendationConfig)
-    counters: CountersConfig = field(default_factory=CountersConfig)
+class Config(BaseModel):
+    """The whole configuration; `Config()` is the built-in defaults (no file, no environment)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    broker: BrokerConfig = BrokerConfig()
+    topics: TopicsConfig = TopicsConfig()
+    consumer: ConsumerConfig = ConsumerConfig()
+    store: StoreConfig = StoreConfig()
+    series: SeriesConfig = SeriesConfig()
+    verdicts: VerdictsConfig = VerdictsConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
+    recommendation: RecommendationConfig = RecommendationConfig()
+    counters: CountersConfig = CountersConfig()
     # [analyzer] scalar keys: the defaults for every series.
-    analyzer: Mapping[str, Any] = field(default_factory=dict)
+    analyzer: dict[str, Any] = Field(default_factory=dict)
     # [[analyzer.rules]]: later matching rules override earlier ones key by key.
     analyzer_rules: tuple[AnalyzerRule, ...] = ()
     # [directions]: metric-name glob -> direction, first match wins.
-    directions: tuple[tuple[str, str], ...] = ()
+    directions: tuple[tuple[str, Direction], ...] = ()
 
     def analyzer_params_for(self, test: str, metric: str) -> dict[str, Any]:
         params = dict(self.analyzer)
@@ -200,63 +323,71 @@ class Config:
         return None
 
 
-# Sections holding only scalar keys, settable from file, environment and flags.
-_SCALAR_SECTIONS: dict[str, type] = {
-    "broker": BrokerConfig,
-    "topics": TopicsConfig,
-    "consumer": ConsumerConfig,
-    "store": StoreConfig,
-    "series": SeriesConfig,
-    "verdicts": VerdictPolicy,
-    "observability": ObservabilityConfig,
-    "recommendation": RecommendationConfig,
-    "counters": CountersConfig,
+# Sections holding only scalar settings, settable from file, environment and flags.
+SECTIONS: dict[str, type[Section]] = {
+    name: info.annotation
+    for name, info in Config.model_fields.items()
+    if isinstance(info.annotation, type) and issubclass(info.annotation, Section)
 }
 
 
-def _field_types(section_cls: type) -> dict[str, str]:
-    # Annotations are strings under `from __future__ import annotations`.
-    return {f.name: str(f.type) for f in fields(section_cls)}
+def setting_field(key: str) -> FieldInfo:
+    """The declaration of the setting "section.key"."""
+    section, _, name = key.partition(".")
+    if section not in SECTIONS or name not in SECTIONS[section].model_fields:
+        raise KeyError(f"unknown setting {key!r}")
+    return SECTIONS[section].model_fields[name]
 
 
-def _coerce(value: Any, type_name: str, where: str) -> Any:
-    """Convert a file/env/flag value to the field's type, or raise naming `where`."""
-    optional = type_name.endswith("| None")
-    base = type_name.removesuffix("| None").strip()
-    if value is None or (optional and value == ""):
-        if optional:
-            return None
-        raise ConfigError(f"{where}: a value is required")
+def setting_keys() -> list[str]:
+    """Every setting, as "section.key", in declaration order."""
+    return [
+        f"{section}.{name}" for section, model in SECTIONS.items() for name in model.model_fields
+    ]
+
+
+def unset_meaning(info: FieldInfo) -> str | None:
+    """What the setting's empty default stands for, if it says."""
+    extra = info.json_schema_extra
+    unset = extra.get("unset") if isinstance(extra, dict) else None
+    return unset if isinstance(unset, str) else None
+
+
+# --- the layers -------------------------------------------------------------------------------
+
+
+def _environment_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
+    """The `PERFWATCH_<SECTION>_<KEY>` variables of the declared settings, as raw strings,
+    and the variable of each (section, key) found."""
+    values: dict[str, Any] = {}
+    names: dict[tuple[str, str], str] = {}
+    for key in setting_keys():
+        section, _, name = key.partition(".")
+        variable = f"{ENV_PREFIX}{section}_{name}".upper()
+        if variable in env:
+            values.setdefault(section, {})[name] = env[variable]
+            names[(section, name)] = variable
+    return values, names
+
+
+def _read_file(path: Path, explicit: bool) -> dict[str, Any]:
+    """The TOML file's tables, read by pydantic-settings (imported here: `--help` needs none
+    of it)."""
+    from pydantic_settings import BaseSettings, TomlConfigSettingsSource
+
+    if not path.exists():
+        if explicit:
+            raise ConfigError(f"{path}: configuration file not found")
+        return {}
+
+    class Tables(BaseSettings):
+        """Read for nothing in particular: the tables are taken whole and checked by Config."""
+
     try:
-        if base == "bool":
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if base == "int":
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError(value)
-            return int(value)
-        if base == "float":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return float(value)
-        if base == "str":
-            if not isinstance(value, str):
-                raise ValueError(value)
-            return value
-        if base == "tuple[str, ...]":
-            if isinstance(value, str):
-                return tuple(item.strip() for item in value.split(",") if item.strip())
-            if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-                return tuple(value)
-            raise ValueError(value)
-    except ValueError:
-        raise ConfigError(f"{where}: expected {base}, got {value!r}") from None
-    raise AssertionError(f"unhandled config type {type_name}")
+        source = TomlConfigSettingsSource(Tables, toml_file=path)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: invalid TOML: {err}") from None
+    return dict(source.toml_data)
 
 
 def _check_analyzer_params(params: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -270,134 +401,140 @@ def _check_analyzer_params(params: Mapping[str, Any], where: str) -> dict[str, A
     return dict(params)
 
 
-def _apply_file(config: Config, document: Mapping[str, Any], source: str) -> Config:
-    sections: dict[str, Any] = {}
-    for section, table in document.items():
-        where = f"{source}: [{section}]"
-        if not isinstance(table, dict):
-            raise ConfigError(f"{where}: expected a table")
-        if section in _SCALAR_SECTIONS:
-            sections[section] = _apply_scalars(getattr(config, section), table, where)
-        elif section == "analyzer":
-            scalars = {k: v for k, v in table.items() if k != "rules"}
-            sections["analyzer"] = _check_analyzer_params(scalars, f"{source}: [analyzer]")
-            rules = []
-            for i, rule in enumerate(table.get("rules", [])):
-                rule_where = f"{source}: analyzer.rules[{i}]"
-                if not isinstance(rule, dict):
-                    raise ConfigError(f"{rule_where}: expected a table")
-                test = rule.get("test", "*")
-                metric = rule.get("metric", "*")
-                if not isinstance(test, str) or not isinstance(metric, str):
-                    raise ConfigError(f"{rule_where}: test and metric must be glob strings")
-                params = {k: v for k, v in rule.items() if k not in ("test", "metric")}
-                _check_analyzer_params({**sections["analyzer"], **params}, rule_where)
-                rules.append(AnalyzerRule(test, metric, params))
-            sections["analyzer_rules"] = tuple(rules)
-        elif section == "directions":
-            directions = []
-            for pattern, direction in table.items():
-                if direction not in DIRECTIONS:
-                    raise ConfigError(
-                        f"{source}: directions.{pattern}: expected one of {DIRECTIONS}, "
-                        f"got {direction!r}"
-                    )
-                directions.append((pattern, direction))
-            sections["directions"] = tuple(directions)
-        else:
-            raise ConfigError(f"{where}: unknown section")
-    return replace(config, **sections)
+def _file_tables(document: dict[str, Any], source: str) -> dict[str, Any]:
+    """Take [analyzer] and [directions] out of `document` as Config fields."""
+    tables: dict[str, Any] = {}
+    analyzer = document.pop("analyzer", None)
+    if analyzer is not None:
+        if not isinstance(analyzer, dict):
+            raise ConfigError(f"{source}: [analyzer]: expected a table")
+        scalars = {k: v for k, v in analyzer.items() if k != "rules"}
+        tables["analyzer"] = _check_analyzer_params(scalars, f"{source}: [analyzer]")
+        rules = []
+        for i, rule in enumerate(analyzer.get("rules", [])):
+            where = f"{source}: analyzer.rules[{i}]"
+            if not isinstance(rule, dict):
+                raise ConfigError(f"{where}: expected a table")
+            test = rule.get("test", "*")
+            metric = rule.get("metric", "*")
+            if not isinstance(test, str) or not isinstance(metric, str):
+                raise ConfigError(f"{where}: test and metric must be glob strings")
+            params = {k: v for k, v in rule.items() if k not in ("test", "metric")}
+            _check_analyzer_params({**tables["analyzer"], **params}, where)
+            rules.append(AnalyzerRule(test, metric, params))
+        tables["analyzer_rules"] = tuple(rules)
+    directions = document.pop("directions", None)
+    if directions is not None:
+        if not isinstance(directions, dict):
+            raise ConfigError(f"{source}: [directions]: expected a table")
+        for pattern, direction in directions.items():
+            if direction not in DIRECTIONS:
+                raise ConfigError(
+                    f"{source}: directions.{pattern}: expected one of {DIRECTIONS}, "
+                    f"got {direction!r}"
+                )
+        tables["directions"] = tuple(directions.items())
+    return tables
 
 
-def _apply_scalars(section_value: Any, values: Mapping[str, Any], where: str) -> Any:
-    types = _field_types(type(section_value))
-    updates = {}
-    for key, value in values.items():
-        if key not in types:
-            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(types)})")
-        updates[key] = _coerce(value, types[key], f"{where} {key}")
-    return replace(section_value, **updates)
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | list | tuple | dict):
+        return json.dumps(value)
+    return repr(value)
 
 
-def _env_overrides(env: Mapping[str, str]) -> dict[str, str]:
-    overrides = {}
-    for section, section_cls in _SCALAR_SECTIONS.items():
-        for key in _field_types(section_cls):
-            name = f"PERFWATCH_{section}_{key}".upper()
-            if name in env:
-                overrides[f"{section}.{key}"] = env[name]
-    return overrides
+def _reason(error: Mapping[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown section" if len(error["loc"]) == 1 else "unknown key"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if message.startswith("Input should be"):
+        message = "must be" + message.removeprefix("Input should be")
+    return message
 
 
-def _apply_dotted(config: Config, overrides: Mapping[str, Any], source: str) -> Config:
-    by_section: dict[str, dict[str, Any]] = {}
-    for dotted, value in overrides.items():
-        section, _, key = dotted.partition(".")
-        if section not in _SCALAR_SECTIONS or not key:
-            raise ConfigError(f"{source}: unknown setting {dotted!r}")
-        by_section.setdefault(section, {})[key] = value
-    updates = {
-        section: _apply_scalars(getattr(config, section), values, f"{source}: [{section}]")
-        for section, values in by_section.items()
-    }
-    return replace(config, **updates)
+class _Origins:
+    """Where each value came from, to name it in an error."""
 
+    def __init__(self) -> None:
+        self.where: dict[tuple[str, ...], tuple[str, str]] = {}  # loc -> (kind, source)
 
-def _finish(config: Config, env: Mapping[str, str]) -> Config:
-    """Fill derived defaults and check cross-field constraints."""
-    if not config.store.url:
-        config = replace(config, store=replace(config.store, url=default_store_url(env)))
-    if not config.consumer.name:
-        name = f"perfwatch-{socket.gethostname()}"
-        config = replace(config, consumer=replace(config.consumer, name=name))
-    if config.observability.log_format not in ("text", "json"):
-        raise ConfigError(
-            f"observability.log_format: expected 'text' or 'json', "
-            f"got {config.observability.log_format!r}"
-        )
-    if config.broker.log_level not in LOG_LEVELS:
-        raise ConfigError(
-            f"broker.log_level: expected one of {', '.join(LOG_LEVELS)}, "
-            f"got {config.broker.log_level!r}"
-        )
-    if not config.broker.connect_timeout > 0:
-        raise ConfigError(
-            f"broker.connect_timeout: must be above 0 seconds, got {config.broker.connect_timeout}"
-        )
-    if not config.store.url.startswith(("sqlite://", "postgresql://", "postgres://")):
-        raise ConfigError(
-            f"store.url: expected sqlite:///PATH or postgresql://..., got {config.store.url!r}"
-        )
-    for key in ("batch_size", "receiver_queue_size", "max_redeliveries", "max_record_bytes"):
-        if getattr(config.consumer, key) < 1:
-            raise ConfigError(f"consumer.{key}: must be at least 1")
-    return config
+    def merge(self, into: dict[str, Any], layer: Mapping[str, Any], kind: str, source: str) -> None:
+        for section, table in layer.items():
+            if isinstance(table, dict) and isinstance(into.get(section, {}), dict):
+                into.setdefault(section, {}).update(table)
+                for key in table:
+                    self.where[(section, key)] = (kind, source)
+            else:
+                into[section] = table
+            self.where.setdefault((section,), (kind, source))
+
+    def describe(self, error: Mapping[str, Any], names: Mapping[tuple[str, str], str]) -> str:
+        loc = tuple(str(part) for part in error["loc"])
+        reason = _reason(error)
+        section = loc[0] if loc else ""
+        key = loc[1] if len(loc) > 1 else ""
+        kind, source = self.where.get(loc[:2], self.where.get(loc[:1], ("", "defaults")))
+        if kind == "environment" and (section, key) in names:
+            return f"{names[(section, key)]}={error['input']}: {reason}"
+        if kind == "flags" and (section, key) in names:
+            return f"{names[(section, key)]} {error['input']}: {reason}"
+        if not key:
+            return f"{source}: [{section}]: {reason}"
+        if error["type"] == "extra_forbidden":
+            return f"{source}: [{section}] {key}: {reason}"
+        return f"{source}: [{section}] {key} = {_toml_value(error['input'])}: {reason}"
 
 
 def load_config(
     path: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    flag_names: Mapping[str, str] | None = None,
 ) -> Config:
     """Build the configuration from defaults, a TOML file, the environment and flags.
 
     `path` None means `$PERFWATCH_CONFIG`, else `./perfwatch.toml` when it exists.
     `overrides` maps "section.key" to a flag's value; None values are ignored so
-    unset flags do not mask the file or the environment.
+    unset flags do not mask the file or the environment. `flag_names` maps
+    "section.key" to the flag that set it, for error messages.
     """
     env = os.environ if env is None else env
-    config = Config()
     explicit = path is not None or CONFIG_ENV_VAR in env
     file_path = Path(path if path is not None else env.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE))
-    if explicit or file_path.exists():
-        try:
-            document = tomllib.loads(file_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{file_path}: configuration file not found") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{file_path}: invalid TOML: {err}") from None
-        config = _apply_file(config, document, str(file_path))
-    config = _apply_dotted(config, _env_overrides(env), "environment")
-    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
-    config = _apply_dotted(config, flags, "command line")
-    return _finish(config, env)
+    document = _read_file(file_path, explicit)
+    tables = _file_tables(document, str(file_path))
+    environment, names = _environment_layer(env)
+    for dotted, flag in (flag_names or {}).items():
+        section, _, key = dotted.partition(".")
+        names[(section, key)] = flag
+    flags: dict[str, dict[str, Any]] = {}
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if section not in SECTIONS or not key:
+            raise ConfigError(f"command line: unknown setting {dotted!r}")
+        if value is not None:
+            flags.setdefault(section, {})[key] = value
+
+    merged: dict[str, Any] = {}
+    origins = _Origins()
+    origins.merge(merged, document, "file", str(file_path))
+    origins.merge(merged, environment, "environment", "environment")
+    origins.merge(merged, flags, "flags", "command line")
+    try:
+        config = Config.model_validate({**merged, **tables})
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise ConfigError(origins.describe(first, names)) from None
+    return _fill_derived_defaults(config, env)
+
+
+def _fill_derived_defaults(config: Config, env: Mapping[str, str]) -> Config:
+    updates: dict[str, Any] = {}
+    if not config.store.url:
+        updates["store"] = config.store.model_copy(update={"url": default_store_url(env)})
+    if not config.consumer.name:
+        name = f"perfwatch-{socket.gethostname()}"
+        updates["consumer"] = config.consumer.model_copy(update={"name": name})
+    return config.model_copy(update=updates)

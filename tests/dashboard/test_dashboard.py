@@ -408,7 +408,7 @@ def test_dashboard_command_rejects_a_bad_store_url(tmp_path: Path) -> None:
 
     result = CliRunner().invoke(main, ["dashboard", "--store", "mysql://x", "--port", "0"])
     assert result.exit_code == 2
-    assert "store.url" in result.output
+    assert "--store mysql://x: expected sqlite:///PATH" in result.output
 
 
 def test_dashboard_command_joins_brokers_but_does_not_start_them(tmp_path: Path) -> None:

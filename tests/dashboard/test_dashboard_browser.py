@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -154,14 +154,13 @@ class Pipeline:
 
     def __init__(self, broker: BrokerHandle, directory: Path) -> None:
         suffix = uuid.uuid4().hex[:8]
-        self.config = replace(
-            Config(),
+        self.config = Config(
             topics=TopicsConfig(
                 records=f"persistent://public/default/dash-records-{suffix}",
                 verdicts=f"persistent://public/default/dash-verdicts-{suffix}",
                 dead_letter=f"persistent://public/default/dash-dead-{suffix}",
             ),
-            consumer=replace(ConsumerConfig(), name=f"dash-processor-{suffix}"),
+            consumer=ConsumerConfig(name=f"dash-processor-{suffix}"),
             store=StoreConfig(url=f"sqlite:///{directory / 'state.db'}"),
         )
         self.broker = broker

@@ -13,7 +13,7 @@ import random
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -228,7 +228,8 @@ def world(messages: Sequence[tuple[str, bytes]], *, deduplication: bool) -> Iter
 
 def config(name: str = "proc-a", **consumer: Any) -> Config:
     base = processor_config("sqlite:///unused", TOPICS, name=name, **consumer)
-    return replace(base, consumer=replace(base.consumer, subscription="records-sub"))
+    consumer = base.consumer.model_copy(update={"subscription": "records-sub"})
+    return base.model_copy(update={"consumer": consumer})
 
 
 def messages_with_bad_ones(order_seed: int | None = None) -> list[tuple[str, bytes]]:

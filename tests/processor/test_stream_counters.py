@@ -14,7 +14,6 @@ import importlib.util
 import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -104,7 +103,7 @@ def record(run: int, **kwargs: Any) -> Record:
 
 def config_with(**settings: Any) -> Config:
     base = Config()
-    return replace(base, counters=replace(base.counters, **settings))
+    return base.model_copy(update={"counters": base.counters.model_copy(update=settings)})
 
 
 @pytest.fixture
@@ -307,7 +306,7 @@ def test_counter_settings_come_from_the_file_and_are_checked(tmp_path: Path) -> 
     assert (settings.baseline_runs, settings.threshold, settings.publish_passed) == (8, 0.2, True)
     assert settings.calibrate is True and Config().counters.calibrate is False
     path.write_text("[counters]\nbaseline_runs = 4\nmin_baseline_runs = 5\n")
-    with pytest.raises(ConfigError, match=r"counters\.min_baseline_runs"):
+    with pytest.raises(ConfigError, match=r"\[counters\]: min_baseline_runs must be from 2"):
         load_config(path, env={})
 
 
@@ -322,7 +321,8 @@ def test_counter_verdicts_through_the_broker_once_each(
     docs.append(record_doc(4))
     messages = [(TEST, orjson.dumps(doc)) for doc in docs]
     config = processor_config(store.url, topics)
-    config = replace(config, counters=replace(config.counters, publish_passed=True))
+    counters = config.counters.model_copy(update={"publish_passed": True})
+    config = config.model_copy(update={"counters": counters})
     first, documents = verdicts_of_twice_published(config, store, each_broker, messages, TIMEOUT)
     assert documents == first
     kinds = {d["record_run_id"]: d["kind"] for d in documents}

@@ -166,7 +166,9 @@ def store(tmp_path: Path) -> Iterator[StateStore]:
 
 def config_with(**settings: Any) -> Config:
     base = Config()
-    return replace(base, recommendation=replace(base.recommendation, **settings))
+    return base.model_copy(
+        update={"recommendation": base.recommendation.model_copy(update=settings)}
+    )
 
 
 def handle(store: StateStore, handler: InputsHandler, rec: Record) -> tuple[list[Verdict], int]:
@@ -466,11 +468,20 @@ def test_recommendation_settings_come_from_the_file_and_are_checked(tmp_path: Pa
     assert (settings.method, settings.per_cluster, settings.acceptable_slowdown) == ("gmm", 5, 0.3)
     assert (settings.time_tolerance, settings.seed) == (0.1, 0)
     example = tomllib.loads((REPO / "perfwatch.example.toml").read_text())["recommendation"]
-    assert example == asdict(Config().recommendation)
+    assert example == Config().recommendation.model_dump()
     for text, message in (
-        ('method = "optics"', "recommendation.method: expected one of dbscan, kmeans"),
-        ("per_cluster = 0", "recommendation.per_cluster: must be at least 1, got 0"),
-        ("time_tolerance = -0.1", "recommendation.time_tolerance: must be 0 or more"),
+        (
+            'method = "optics"',
+            "\\[recommendation\\] method = \"optics\": must be 'dbscan', 'kmeans'",
+        ),
+        (
+            "per_cluster = 0",
+            "\\[recommendation\\] per_cluster = 0: must be greater than or equal to 1",
+        ),
+        (
+            "time_tolerance = -0.1",
+            "\\[recommendation\\] time_tolerance = -0.1: must be greater than or",
+        ),
     ):
         path.write_text(f"[recommendation]\n{text}\n")
         with pytest.raises(ConfigError, match=message):

@@ -56,15 +56,11 @@ DASHBOARD_MODULES = ("starlette", "uvicorn", "jinja2", "plotly")
 def dashboard(
     host: str,
     port: int,
-    broker_settings: dict[str, Any],
     config_path: Path | None,
-    verdicts_topic: str | None,
-    store_url: str | None,
     subscription: str | None,
     follow_topic: bool,
     poll_interval: float,
     embedded_dir: Path | None,
-    log_level: str | None,
 ) -> None:
     """Serve the web dashboard: series and their status, change points, counter checks,
     run-or-skip votes, per-test time and memory, and verdicts live as they arrive.
@@ -77,13 +73,7 @@ def dashboard(
     """
     for module in DASHBOARD_MODULES:
         require(module, "dashboard", feature="the dashboard")
-    overrides: dict[str, Any] = {
-        **broker_settings,
-        "store.url": store_url,
-        "topics.verdicts": verdicts_topic,
-        "observability.log_level": log_level,
-    }
-    config = load_command_config(config_path, overrides)
+    config = load_command_config(config_path)
     check_port_free(host, port, "--port")
 
     import uvicorn

@@ -13,7 +13,6 @@ import time
 from collections import Counter
 from collections.abc import Collection, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +106,11 @@ def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
 
     configure_logging("text", "error")  # the summary lists the dead letters
     base = Config()
-    config = replace(
-        base,
-        store=replace(base.store, url=f"sqlite:///{folder / 'state.db'}"),
-        consumer=replace(base.consumer, name="perfwatch-demo"),
+    config = base.model_copy(
+        update={
+            "store": base.store.model_copy(update={"url": f"sqlite:///{folder / 'state.db'}"}),
+            "consumer": base.consumer.model_copy(update={"name": "perfwatch-demo"}),
+        }
     )
     click.echo(
         f"perfwatch demo: {len(history.messages)} messages "

@@ -1,25 +1,30 @@
 """Click options several verbs share: one definition each, so a name means one thing.
 
-Options that set a configuration key pass `None` when absent, so the file and
-the environment still apply; their help shows the key and its built-in default.
+Options that set a configuration key are made by `setting_option` from the
+setting's declaration in `perfwatch.config`: help, type and shown default come
+from there, and `load_command_config` applies the given ones over the file and
+the environment.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
+import annotated_types
 import click
 
 from perfwatch.cli.errors import InputError
+from perfwatch.config import LOG_LEVELS as LOG_LEVELS
+from perfwatch.config import setting_field, unset_meaning
 
 if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
+
     from perfwatch.config import Config
 
 Decorator = Callable[[Callable[..., Any]], Any]
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def output_format_option(help: str | None = None) -> Decorator:
@@ -45,121 +50,103 @@ def config_option(command: Callable[..., Any]) -> Any:
     )(command)
 
 
-def _setting(key: str, default: str) -> str:
-    return f"{key} in the config, else {default}"
+SETTINGS_META_KEY = "perfwatch.settings"
 
 
-# flag name -> configuration key, for every command that talks to Pulsar
-_BROKER_SETTINGS = {
-    "pulsar_url": "broker.url",
-    "auth_token": "broker.auth_token",
-    "tls_trust_certs": "broker.tls_trust_certs",
-    "tls_cert": "broker.tls_cert",
-    "tls_key": "broker.tls_key",
-    "connect_timeout": "broker.connect_timeout",
-    "pulsar_log_level": "broker.log_level",
-}
+def _click_type(info: FieldInfo) -> click.ParamType | None:
+    """The click type of a setting: its choices or its numeric range, from the declaration."""
+    annotation = info.annotation
+    if get_origin(annotation) is Literal:
+        return click.Choice(get_args(annotation))
+    if annotation not in (int, float):
+        return None
+    bounds: dict[str, Any] = {}
+    for constraint in info.metadata:
+        if isinstance(constraint, annotated_types.Gt):
+            bounds.update(min=constraint.gt, min_open=True)
+        elif isinstance(constraint, annotated_types.Ge):
+            bounds.update(min=constraint.ge)
+        elif isinstance(constraint, annotated_types.Lt):
+            bounds.update(max=constraint.lt, max_open=True)
+        elif isinstance(constraint, annotated_types.Le):
+            bounds.update(max=constraint.le)
+    if annotation is int:
+        return click.IntRange(**bounds) if bounds else click.INT
+    return click.FloatRange(**bounds) if bounds else click.FLOAT
+
+
+def _shown_default(key: str, info: FieldInfo) -> str:
+    default = info.default
+    shown = unset_meaning(info)
+    if shown is None:
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+    return f"{key} in the config, else {shown}"
+
+
+def _remember_setting(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def remember(context: click.Context, option: click.Parameter, value: Any) -> Any:
+        context.meta.setdefault(SETTINGS_META_KEY, {})[key] = (option.opts[0], value)
+        return value
+
+    return remember
+
+
+def setting_option(key: str, *param_decls: str, metavar: str | None = None) -> Decorator:
+    """A flag setting the configuration key `key` ("section.key"), built from its declaration.
+
+    Its help, type (choices, range) and shown default are the setting's; its value
+    is not passed to the command but kept for `load_command_config`, which lays
+    it over the file and the environment (absent: ``None``, which masks nothing).
+    """
+    info = setting_field(key)
+    return click.option(
+        *param_decls,
+        type=_click_type(info),
+        metavar=metavar,
+        show_default=_shown_default(key, info),
+        help=info.description,
+        expose_value=False,
+        callback=_remember_setting(key),
+    )
+
 
 _BROKER_OPTIONS = (
-    click.option(
-        "--pulsar-url",
-        metavar="URL",
-        show_default=_setting("broker.url", "the embedded broker"),
-        help="Pulsar service URL: pulsar://host:6650 or pulsar+ssl://host:6651.",
-    ),
-    click.option(
-        "--auth-token",
-        metavar="TOKEN",
-        help="Pulsar authentication token (prefer PERFWATCH_BROKER_AUTH_TOKEN: "
-        "flags are visible to other users).",
-    ),
-    click.option(
-        "--tls-trust-certs",
-        metavar="FILE",
-        help="CA bundle trusted for pulsar+ssl:// URLs.",
-    ),
-    click.option("--tls-cert", metavar="FILE", help="Client certificate for TLS authentication."),
-    click.option("--tls-key", metavar="FILE", help="Client private key for TLS authentication."),
-    click.option(
-        "--connect-timeout",
-        type=click.FloatRange(min=0, min_open=True),
-        metavar="SECONDS",
-        show_default=_setting("broker.connect_timeout", "10"),
-        help="How long to wait for the broker's first answer before giving up (exit status 3).",
-    ),
-    click.option(
-        "--pulsar-log-level",
-        type=click.Choice(LOG_LEVELS),
-        show_default=_setting("broker.log_level", "warning"),
-        help="Lowest level of the Pulsar client's own log lines (written to stderr).",
-    ),
+    setting_option("broker.url", "--pulsar-url", metavar="URL"),
+    setting_option("broker.auth_token", "--auth-token", metavar="TOKEN"),
+    setting_option("broker.tls_trust_certs", "--tls-trust-certs", metavar="FILE"),
+    setting_option("broker.tls_cert", "--tls-cert", metavar="FILE"),
+    setting_option("broker.tls_key", "--tls-key", metavar="FILE"),
+    setting_option("broker.connect_timeout", "--connect-timeout", metavar="SECONDS"),
+    setting_option("broker.log_level", "--pulsar-log-level"),
 )
 
 
 def broker_options(command: Callable[..., Any]) -> Any:
-    """The broker options of every command that talks to Pulsar, and ``--config``.
-
-    The command gets ``config_path`` and ``broker_settings``: the given flags as
-    {"broker.KEY": value} overrides for `load_command_config`.
-    """
-
-    @functools.wraps(command)
-    def with_broker(**options: Any) -> Any:
-        settings = {key: options.pop(name) for name, key in _BROKER_SETTINGS.items()}
-        return command(broker_settings=settings, **options)
-
+    """The broker options of every command that talks to Pulsar, and ``--config``."""
     for option in reversed(_BROKER_OPTIONS):
-        with_broker = option(with_broker)
-    return config_option(with_broker)
+        command = option(command)
+    return config_option(command)
 
 
-def records_topic_option(command: Callable[..., Any]) -> Any:
-    return click.option(
-        "--records-topic",
-        metavar="TOPIC",
-        show_default=_setting("topics.records", "persistent://public/default/perfwatch-records"),
-        help="Topic of the records (`publish` sends them there, `serve` reads them).",
-    )(command)
+records_topic_option = setting_option("topics.records", "--records-topic", metavar="TOPIC")
+verdicts_topic_option = setting_option("topics.verdicts", "--verdicts-topic", metavar="TOPIC")
+store_option = setting_option("store.url", "--store", metavar="URL")
+# ``--log-level`` of the long-running services
+log_level_option = setting_option("observability.log_level", "--log-level")
 
 
-def verdicts_topic_option(command: Callable[..., Any]) -> Any:
-    return click.option(
-        "--verdicts-topic",
-        metavar="TOPIC",
-        show_default=_setting("topics.verdicts", "persistent://public/default/perfwatch-verdicts"),
-        help="Topic of the verdicts (`serve` publishes them there; `watch`, `forward` and "
-        "`dashboard` read them).",
-    )(command)
-
-
-def store_option(command: Callable[..., Any]) -> Any:
-    """``--store URL``, passed as ``store_url``."""
-    return click.option(
-        "--store",
-        "store_url",
-        metavar="URL",
-        show_default=_setting("store.url", "sqlite:///~/.local/share/perfwatch/state.db"),
-        help="State store: sqlite:///PATH or postgresql://...",
-    )(command)
-
-
-def log_level_option(command: Callable[..., Any]) -> Any:
-    """``--log-level`` of the long-running services (``observability.log_level``)."""
-    return click.option(
-        "--log-level",
-        type=click.Choice(LOG_LEVELS),
-        show_default=_setting("observability.log_level", "info"),
-        help="Lowest level of perfwatch's own log lines (written to stderr).",
-    )(command)
-
-
-def load_command_config(config_path: Path | str | None, overrides: Mapping[str, Any]) -> Config:
-    """The configuration with the command's flags applied; a bad value is an InputError."""
+def load_command_config(config_path: Path | str | None) -> Config:
+    """The configuration with the command's setting flags applied; a bad value is an InputError."""
     from perfwatch.cli.broker import append_to_stderr
     from perfwatch.config import ConfigError, load_config
 
+    flags = click.get_current_context().meta.get(SETTINGS_META_KEY, {})
     try:
-        config = load_config(config_path, overrides=overrides)
+        config = load_config(
+            config_path,
+            overrides={key: value for key, (_, value) in flags.items()},
+            flag_names={key: flag for key, (flag, _) in flags.items()},
+        )
     except ConfigError as error:
         raise InputError(str(error)) from None
     append_to_stderr()  # the Pulsar client's log lines may be written there

@@ -83,9 +83,7 @@ def profile(
     reference: Path | None,
     branch: str | None,
     test_id: str,
-    broker_settings: dict[str, Any],
     config_path: str | None,
-    records_topic: str | None,
 ) -> None:
     """Run pytest with PYTEST_ARGS and profile every test and parametrized input.
 
@@ -101,9 +99,7 @@ def profile(
     reference_file = None if reference is None else _read_profiles(reference)
     config = None
     if publish:  # bad settings are found before the suite runs, not after
-        config = load_command_config(
-            config_path, {**broker_settings, "topics.records": records_topic}
-        )
+        config = load_command_config(config_path)
     command = [
         sys.executable,
         "-m",

@@ -106,9 +106,7 @@ def _modification_time(path: str) -> str:
 @click.option("--dry-run", is_flag=True, help="Print the records as JSON Lines; send nothing.")
 def publish(
     files: tuple[str, ...],
-    broker_settings: dict[str, Any],
     config_path: str | None,
-    records_topic: str | None,
     file_format: str | None,
     test: str | None,
     run_id: str | None,
@@ -127,7 +125,7 @@ def publish(
     every sent record was acknowledged by the broker (2: invalid input, 3: broker
     unreachable or a record not acknowledged).
     """
-    config = load_command_config(config_path, {**broker_settings, "topics.records": records_topic})
+    config = load_command_config(config_path)
     if timestamp is not None:
         try:
             parse_rfc3339(timestamp)

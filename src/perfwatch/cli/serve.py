@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +14,7 @@ from perfwatch.cli.options import (
     load_command_config,
     log_level_option,
     records_topic_option,
+    setting_option,
     store_option,
     verdicts_topic_option,
 )
@@ -72,49 +73,16 @@ def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
 
 @click.command()
 @broker_options
-@click.option(
-    "--admin-url",
-    metavar="URL",
-    show_default="broker.admin_url in the config, else none",
-    help="Pulsar admin URL (turns on verdict deduplication).",
-)
+@setting_option("broker.admin_url", "--admin-url", metavar="URL")
 @records_topic_option
 @verdicts_topic_option
-@click.option(
-    "--dead-letter-topic",
-    metavar="TOPIC",
-    show_default="topics.dead_letter in the config, else "
-    "persistent://public/default/perfwatch-dead-letter",
-    help="Topic the records that cannot be processed go to, with the reason.",
-)
-@click.option(
-    "--subscription",
-    show_default="consumer.subscription in the config, else perfwatch",
-    help="Subscription shared by all processors.",
-)
-@click.option(
-    "--name",
-    show_default="consumer.name in the config, else perfwatch-<hostname>",
-    help="This processor's unique name.",
-)
+@setting_option("topics.dead_letter", "--dead-letter-topic", metavar="TOPIC")
+@setting_option("consumer.subscription", "--subscription")
+@setting_option("consumer.name", "--name")
 @store_option
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    show_default="observability.metrics_port in the config, else 0: none",
-    help="Serve Prometheus /metrics on this port.",
-)
-@click.option(
-    "--metrics-host",
-    show_default="observability.metrics_host in the config, else 127.0.0.1",
-    help="Address /metrics listens on.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    show_default="observability.log_format in the config, else text",
-    help="Format of perfwatch's log lines.",
-)
+@setting_option("observability.metrics_port", "--metrics-port")
+@setting_option("observability.metrics_host", "--metrics-host")
+@setting_option("observability.log_format", "--log-format")
 @log_level_option
 @click.option(
     "--embedded-dir",
@@ -122,12 +90,7 @@ def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
     show_default="~/.local/share/perfwatch/embedded",
     help="Data folder of the embedded broker.",
 )
-def serve(
-    broker_settings: dict[str, Any],
-    config_path: Path | None,
-    embedded_dir: Path | None,
-    **flags: Any,
-) -> None:
+def serve(config_path: Path | None, embedded_dir: Path | None) -> None:
     """Consume records, detect change points and publish verdicts until stopped.
 
     Settings come from perfwatch.toml, PERFWATCH_* variables and these flags
@@ -138,21 +101,7 @@ def serve(
     from perfwatch.processor.observability import configure_logging
     from perfwatch.state import StoreError, StoreUnavailable
 
-    overrides = {
-        **broker_settings,
-        "broker.admin_url": flags["admin_url"],
-        "topics.records": flags["records_topic"],
-        "topics.verdicts": flags["verdicts_topic"],
-        "topics.dead_letter": flags["dead_letter_topic"],
-        "consumer.subscription": flags["subscription"],
-        "consumer.name": flags["name"],
-        "store.url": flags["store_url"],
-        "observability.metrics_port": flags["metrics_port"],
-        "observability.metrics_host": flags["metrics_host"],
-        "observability.log_format": flags["log_format"],
-        "observability.log_level": flags["log_level"],
-    }
-    config = load_command_config(config_path, overrides)
+    config = load_command_config(config_path)
     configure_logging(config.observability.log_format, config.observability.log_level)
     try:
         run_processor(config, embedded_dir)

@@ -88,9 +88,7 @@ def verdict_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(command)
     def with_source(
         *,
-        broker_settings: dict[str, Any],
         config_path: str | None,
-        verdicts_topic: str | None,
         tests: tuple[str, ...],
         kinds: tuple[str, ...],
         regressions_only: bool,
@@ -100,9 +98,7 @@ def verdict_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
         idle_timeout: float | None,
         **options: Any,
     ) -> Any:
-        config = load_command_config(
-            config_path, {**broker_settings, "topics.verdicts": verdicts_topic}
-        )
+        config = load_command_config(config_path)
         verdict_filter = _build_filter(tests, kinds, regressions_only, since)
         source = VerdictSource(config, verdict_filter, from_earliest, limit, idle_timeout)
         return command(source=source, **options)

@@ -61,6 +61,7 @@ def series_key(record: Record, metric: str, identifying: tuple[str, ...]) -> Ser
 class ChangePointHandler:
     def __init__(self, config: Config) -> None:
         self._config = config
+        self._policy = config.verdicts.policy()
         # configured setting -> parameters and their dict form (asdict is slow).
         self._params: dict[tuple[tuple[str, Any], ...], tuple[EDivisiveParams, dict[str, Any]]]
         self._params = {}
@@ -208,7 +209,7 @@ class ChangePointHandler:
             added.metric
         )
         current = self._evidence(analyzer.change_points_, published, series, tx, direction)
-        changes, new_published = diff_change_points(published, current, self._config.verdicts)
+        changes, new_published = diff_change_points(published, current, self._policy)
         series.published = [cp.to_json() for cp in new_published]
         ref = SeriesRef(record.test, added.metric, dict(series.key.attributes))
         return [

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import orjson
 
@@ -114,7 +114,7 @@ class InputsHandler:
     def __init__(self, config: Config) -> None:
         settings = config.recommendation
         self._identifying = config.series.identifying_attributes
-        self._method = cast(Method, settings.method)  # checked by RecommendationConfig
+        self._method: Method = settings.method  # a ClusteringMethod, checked by the config
         self._per_cluster = settings.per_cluster
         self._seed = settings.seed
         self._recommender = RunOrSkipRecommender(

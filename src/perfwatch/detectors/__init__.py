@@ -2,8 +2,8 @@
 check and the run-or-skip input clustering.
 
 Names are loaded on first use (PEP 562): ``from perfwatch.detectors import
-EDivisive`` loads numpy and the compiled kernels only, not scikit-learn,
-statsmodels or scipy, which the counter check and the input clustering need.
+detect_change_points`` loads numpy and the compiled kernels only; the estimator
+classes (scikit-learn's ``BaseEstimator``) load scikit-learn with them.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from perfwatch.detectors.direction import classify_direction
     from perfwatch.detectors.edivisive import (
         ChangePoint,
-        EDivisive,
         EDivisiveParams,
         detect_change_points,
     )
+    from perfwatch.detectors.edivisive_estimator import EDivisive
     from perfwatch.detectors.inputs import (
         InputClustering,
         RunOrSkipRecommender,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 _MODULE_OF = {
     "ChangePoint": "edivisive",
-    "EDivisive": "edivisive",
+    "EDivisive": "edivisive_estimator",
     "EDivisiveParams": "edivisive",
     "detect_change_points": "edivisive",
     "SeriesAnalyzer": "analyzer",

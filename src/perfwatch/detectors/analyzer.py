@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import orjson
 from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator
 
 from perfwatch.detectors import _kernels as K
-from perfwatch.detectors._params import ParamsMixin
 from perfwatch.detectors.edivisive import (
     ChangePoint,
     EDivisiveParams,
@@ -76,7 +76,7 @@ def _params_from_json(d: Mapping[str, Any]) -> EDivisiveParams:
     return known
 
 
-class SeriesAnalyzer(ParamsMixin):
+class SeriesAnalyzer(BaseEstimator):
     """Change points of one growing series; see the module docstring.
 
     Its one parameter, ``params``, is fixed for the analyzer's life (its state

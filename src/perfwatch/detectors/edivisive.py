@@ -34,18 +34,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from perfwatch.detectors import _kernels as K
-from perfwatch.detectors._params import ParamsMixin
 from perfwatch.detectors.direction import classify_direction
 
 __all__ = [
     "ChangePoint",
-    "EDivisive",
+    "ChangePointFit",
     "EDivisiveParams",
     "MergeMemo",
     "WindowChain",
@@ -53,6 +52,7 @@ __all__ = [
     "classify_direction",
     "detect_change_points",
     "first_pass_pvalue",
+    "fit_change_points",
     "prepare_values",
 ]
 
@@ -421,63 +421,24 @@ def best_split(values: ArrayLike) -> tuple[int, float]:
     return int(tau), float(q)
 
 
-_DEFAULTS = EDivisiveParams()
+class ChangePointFit(NamedTuple):
+    """What one analysis of a whole series found."""
+
+    weak_points: np.ndarray  # sorted indices the split step proposed (before the merge)
+    change_points: list[ChangePoint]
+    n_values: int
 
 
-class EDivisive(ParamsMixin):
-    """Change points of one series (oldest first); NaN/None are gaps.
-
-    Parameters are those of :class:`EDivisiveParams` (checked by ``fit``).
-
-    Fitted attributes:
-    change_points_: list of :class:`ChangePoint`, by index.
-    weak_points_: sorted indices the split step proposed (before the merge).
-    n_values_: length of the series.
-    """
-
-    def __init__(
-        self,
-        window_len: int = _DEFAULTS.window_len,
-        max_pvalue: float = _DEFAULTS.max_pvalue,
-        min_magnitude: float = _DEFAULTS.min_magnitude,
-        compat: str | None = _DEFAULTS.compat,
-        min_segment_len: int = _DEFAULTS.min_segment_len,
-        noise_floor: float = _DEFAULTS.noise_floor,
-        selection_correction: bool = _DEFAULTS.selection_correction,
-        local_split_test: bool = _DEFAULTS.local_split_test,
-        trend_test: bool = _DEFAULTS.trend_test,
-    ) -> None:
-        self.window_len = window_len
-        self.max_pvalue = max_pvalue
-        self.min_magnitude = min_magnitude
-        self.compat = compat
-        self.min_segment_len = min_segment_len
-        self.noise_floor = noise_floor
-        self.selection_correction = selection_correction
-        self.local_split_test = local_split_test
-        self.trend_test = trend_test
-
-    @classmethod
-    def from_params(cls, params: EDivisiveParams) -> EDivisive:
-        return cls(**{f.name: getattr(params, f.name) for f in fields(params)})
-
-    def to_params(self) -> EDivisiveParams:
-        """The validated parameter record (ValueError on a bad parameter)."""
-        return EDivisiveParams(**self.get_params())
-
-    def fit(self, values: ArrayLike) -> EDivisive:
-        params = self.to_params()
-        x = prepare_values(values)
-        chain, _ = WindowChain.empty().continued(0, x, params)
-        self.weak_points_ = chain.weak_points()
-        self.change_points_ = merge_weak_points(x, self.weak_points_, params)
-        self.n_values_ = int(x.shape[0])
-        return self
+def fit_change_points(values: ArrayLike, params: EDivisiveParams) -> ChangePointFit:
+    """Split step then merge step over a whole series; NaN/None are gaps."""
+    x = prepare_values(values)
+    chain, _ = WindowChain.empty().continued(0, x, params)
+    weak = chain.weak_points()
+    return ChangePointFit(weak, merge_weak_points(x, weak, params), int(x.shape[0]))
 
 
 def detect_change_points(
     values: ArrayLike, params: EDivisiveParams | None = None
 ) -> list[ChangePoint]:
     """Change points of one series (oldest first).  NaN/None are gaps."""
-    estimator = EDivisive() if params is None else EDivisive.from_params(params)
-    return estimator.fit(values).change_points_
+    return fit_change_points(values, params or EDivisiveParams()).change_points

@@ -61,7 +61,7 @@ def test_edivisive_set_params_and_function_form_agree() -> None:
     assert estimator.to_params() == params
     assert EDivisive.from_params(params).get_params() == estimator.get_params()
     assert estimator.fit(_step()).change_points_ == detect_change_points(_step(), params)
-    with pytest.raises(ValueError, match="(?i)invalid parameter"):
+    with pytest.raises(ValueError, match=r"(?i)invalid parameter"):
         estimator.set_params(window=3)
 
 

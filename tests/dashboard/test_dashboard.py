@@ -487,6 +487,53 @@ def test_change_points_are_perfwatch_analyze_on_the_stored_history(
     assert abs(first["forward_change_percent"] - now["forward_change_percent"]) > 1
 
 
+def test_configured_analyzer_rules_are_used_as_analyze_uses_its_flags(
+    nightly_store: StateStore,
+) -> None:
+    from click.testing import CliRunner
+
+    from perfwatch.cli.main import main
+
+    config = Config(analyzer={"window_len": 20, "max_pvalue": 1e-6})
+    args = ["analyze", str(NIGHTLY), "--format", "json", "--window", "20", "-P", "1e-6"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    for series in orjson.loads(result.output)["series"]:
+        key = SeriesKey.of("nightly", series["metric"], {"branch": "main"})
+        detail = queries.series_detail(nightly_store, key, ChangePointAnalysis(config))
+        assert detail is not None and detail["parameters"]["window_len"] == 20
+        shown = [{name: cp[name] for name in ANALYZE_FIELDS} for cp in detail["change_point_list"]]
+        assert shown == series["change_points"]
+
+
+def test_without_declared_directions_the_verdicts_give_them(tmp_path: Path) -> None:
+    from perfwatch.contract.codec import parse_record
+    from perfwatch.dashboard.analysis import metric_direction_from_evidence
+
+    regression_up = {"direction": "regression", "forward_change_percent": 5}
+    assert metric_direction_from_evidence(regression_up) == "lower_is_better"
+    assert (
+        metric_direction_from_evidence({"direction": "regression", "forward_change_percent": -5})
+        == "higher_is_better"
+    )
+    assert (
+        metric_direction_from_evidence({"direction": "unknown", "forward_change_percent": 5})
+        is None
+    )
+    # A store written without the metric-info handler (an older processor).
+    with open_store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        handlers: list[RecordHandler] = [ChangePointHandler(Config())]
+        for line in NIGHTLY.read_bytes().splitlines():
+            handle(store, handlers, parse_record(line))
+        key = SeriesKey.of("nightly", "p99_latency_ms", {"branch": "main"})
+        summary = queries.series_summary(store, key, ChangePointAnalysis())
+        assert (summary["unit"], summary["direction"], summary["status"]) == (
+            None,
+            "lower_is_better",
+            "regression",
+        )
+
+
 def test_the_fixed_memory_regression_is_one_episode(nightly_store: StateStore) -> None:
     memory = SeriesKey.of("nightly", "peak_memory_mb", {"branch": "main"})
     summary = queries.series_summary(nightly_store, memory, ChangePointAnalysis())

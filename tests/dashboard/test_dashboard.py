@@ -224,6 +224,10 @@ def test_a_partly_undone_regression_stays_open_and_is_the_status() -> None:
     assert status == "regression" and episode is not None and episode["index"] == 40
     # the latest change is an improvement: the old status showed only that
     assert found[-1]["kind"] == "improvement"
+    # within the noise (2) but keeping more than half of a small regression (3 -> 1.8 left)
+    small = [change(40, 100, 103, 2.0, "regression"), change(48, 103, 101.8, 2.0, "improvement")]
+    assert status_of(episodes(small))[0] == "regression"
+    assert status_of(episodes(small, step_share=None))[0] == "fixed"
 
 
 def test_episodes_of_stacked_regressions_unrelated_improvements_and_unknown_directions() -> None:

@@ -109,31 +109,41 @@ class ChangePointAnalysis:
         return self.config.direction_for(metric)
 
 
-def _returns_to(regression: Mapping[str, Any], change: Mapping[str, Any]) -> bool:
+def _returns_to(
+    regression: Mapping[str, Any], change: Mapping[str, Any], step_share: float | None
+) -> bool:
     """Whether `change` brings the metric back to the level before `regression`: the
     level after it is no worse than the old one by more than the noise (the larger
-    stddev of the two segments) nor by more than half of the regression."""
+    stddev of the two segments) nor by more than `step_share` of the regression."""
     old = regression["mean_before"]
     step = regression["mean_after"] - old
     worse_by = (change["mean_after"] - old) * (1.0 if step > 0 else -1.0)
-    noise = max(regression["stddev_before"], change["stddev_after"])
-    return worse_by <= min(noise, 0.5 * abs(step))
+    allowed = max(regression["stddev_before"], change["stddev_after"])
+    if step_share is not None:
+        allowed = min(allowed, step_share * abs(step))
+    return worse_by <= allowed
 
 
-def episodes(change_points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def episodes(
+    change_points: Sequence[Mapping[str, Any]], step_share: float | None = 0.5
+) -> list[dict[str, Any]]:
     """The change points as episodes, oldest first.
 
     A regression is an episode, open until a later improvement returns the
-    metric to its old level: that improvement closes it (and any regression
-    opened after it) as fixed instead of being an episode of its own. Other
-    improvements and changes of unknown direction are episodes by themselves.
+    metric to its old level (see `_returns_to`; `step_share` None: within the
+    noise alone): that improvement closes it (and any regression opened after
+    it) as fixed instead of being an episode of its own. Other improvements and
+    changes of unknown direction are episodes by themselves.
     """
     result: list[dict[str, Any]] = []
     open_regressions: list[dict[str, Any]] = []
     for change in sorted(change_points, key=lambda cp: int(cp["index"])):
         direction = change["direction"]
         if direction == "improvement":
-            fixed = next((r for r in open_regressions if _returns_to(r["change"], change)), None)
+            fixed = next(
+                (r for r in open_regressions if _returns_to(r["change"], change, step_share)),
+                None,
+            )
             if fixed is not None:
                 closed = open_regressions[open_regressions.index(fixed) :]
                 del open_regressions[open_regressions.index(fixed) :]

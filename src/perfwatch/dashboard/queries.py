@@ -22,7 +22,7 @@ from perfwatch.dashboard.analysis import ChangePointAnalysis, episodes, status_o
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
 from perfwatch.detectors.inputs import InputClustering, input_table
 from perfwatch.processor.handlers import baseline_key
-from perfwatch.processor.metric_info import METRIC_INFO_NAMESPACE, merged_info
+from perfwatch.processor.metric_info import METRIC_INFO_NAMESPACE, stored_info
 from perfwatch.processor.recommendations import INPUT_BASELINE_NAMESPACE
 from perfwatch.state import OutboxEntry, Point, SeriesKey, StateStore
 
@@ -83,7 +83,7 @@ def _evidence_blocks(store: StateStore, key: SeriesKey) -> list[dict[str, Any]]:
 def metric_info(store: StateStore, key: SeriesKey) -> dict[str, Any]:
     """The unit and direction the series' records declared last (None when not declared)."""
     stored = store.get_blob(METRIC_INFO_NAMESPACE, key.canonical)
-    return merged_info(stored, None, None)
+    return stored_info(stored)
 
 
 def _analysed(

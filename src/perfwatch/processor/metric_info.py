@@ -21,29 +21,34 @@ import orjson
 from perfwatch.config import Config
 from perfwatch.contract.models import Record, Verdict
 from perfwatch.processor.changepoints import series_key
-from perfwatch.state import StoreTransaction
+from perfwatch.state import SeriesKey, StoreTransaction
 
 METRIC_INFO_NAMESPACE = "metric-info"
-# Series whose stored information this processor knows (LRU).
+# Series whose stored information this processor knows, at most this many (the first
+# remembered are forgotten first).
 MAX_KNOWN_SERIES = 50_000
 
 
-def merged_info(stored: bytes | None, unit: str | None, direction: str | None) -> dict[str, Any]:
-    """The stored information with the fields a record declares replaced."""
+def merged(info: dict[str, Any], unit: str | None, direction: str | None) -> dict[str, Any]:
+    """`info` with the fields a record declares replaced."""
+    return {
+        "unit": info["unit"] if unit is None else unit,
+        "direction": info["direction"] if direction is None else direction,
+    }
+
+
+def stored_info(stored: bytes | None) -> dict[str, Any]:
+    """A series' blob decoded (None: nothing stored, so nothing known)."""
     info: dict[str, Any] = {"unit": None, "direction": None}
     if stored is not None:
         info.update(orjson.loads(stored))
-    if unit is not None:
-        info["unit"] = unit
-    if direction is not None:
-        info["direction"] = direction
     return info
 
 
 class MetricInfoHandler:
     def __init__(self, config: Config) -> None:
         self._identifying = config.series.identifying_attributes
-        self._known: OrderedDict[str, bytes] = OrderedDict()
+        self._known: OrderedDict[SeriesKey, dict[str, Any]] = OrderedDict()
 
     def prepare(self, records: Sequence[Record], tx: StoreTransaction) -> None:
         """Nothing to lock: a series' blob is written only under the lock the change-point
@@ -59,17 +64,20 @@ class MetricInfoHandler:
         for metric, value in record.metrics.items():
             if value.unit is None and value.direction is None:
                 continue
-            key = series_key(record, metric, self._identifying).canonical
+            key = series_key(record, metric, self._identifying)
             known = self._known.get(key)
-            stored = known if known is not None else tx.get_blob(METRIC_INFO_NAMESPACE, key)
-            info = orjson.dumps(merged_info(stored, value.unit, value.direction))
-            if info != stored:
-                tx.put_blob(METRIC_INFO_NAMESPACE, key, info)
+            if known is not None and merged(known, value.unit, value.direction) == known:
+                continue  # the common case: what is stored already
+            if known is None:
+                stored = tx.get_blob(METRIC_INFO_NAMESPACE, key.canonical)
+                known = stored_info(stored)
+            info = merged(known, value.unit, value.direction)
             if info != known:
-                tx.after_commit(functools.partial(self._remember, key, info))
+                tx.put_blob(METRIC_INFO_NAMESPACE, key.canonical, orjson.dumps(info))
+            tx.after_commit(functools.partial(self._remember, key, info))
         return []
 
-    def _remember(self, key: str, info: bytes) -> None:
+    def _remember(self, key: SeriesKey, info: dict[str, Any]) -> None:
         self._known[key] = info
         self._known.move_to_end(key)
         if len(self._known) > MAX_KNOWN_SERIES:

@@ -112,6 +112,11 @@ class OtavaReference:
         request = {"op": "analyze_json_runs", "runs": runs, "options": options}
         return self.ask(request)["change_points"]
 
+    def change_points_orig(self, values: Sequence[float], seed: int) -> list[int]:
+        """The indices Otava's original, permutation-tested E-Divisive finds (NaN: missing)."""
+        request = {"op": "change_points_orig", "values": _json_values(values), "seed": seed}
+        return self.ask(request)["indices"]
+
     def candidate(self, values: Sequence[float]) -> tuple[int, float]:
         reply = self.ask({"op": "candidate", "values": _json_values(values)})
         return reply["index"], reply["qhat"]

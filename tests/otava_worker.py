@@ -14,6 +14,10 @@ Requests and replies:
   importer (runs as Otava's JSON format: ``timestamp``, ``metrics`` of ``name``/``value``,
   ``attributes``; a ``null`` value is a missing one) and ``Series.analyze``, which fills
   missing values in; the change points as for ``change_points``.
+- ``{"op": "change_points_orig", "values": [...], "seed": S}`` -> ``{"indices": [...]}``:
+  the change points of Otava's original E-Divisive (``compute_change_points_orig``: no
+  windows, a permutation test of each split, 100 permutations drawn with ``seed``), missing
+  values filled in as for ``change_points``.
 - ``{"op": "candidate", "values": [...]}`` -> ``{"index", "qhat"}`` of the divergence's
   best split of the whole list (``PairDistanceCalculator``).
 - ``{"op": "mean_std", "values": [...]}`` -> ``{"mean", "std"}``: numpy's mean and
@@ -38,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from otava.analysis import compute_change_points, fill_missing
+from otava.analysis import compute_change_points, compute_change_points_orig, fill_missing
 from otava.change_point_divisive.calculator import PairDistanceCalculator
 from otava.data_selector import DataSelector
 from otava.importer import JsonImporter
@@ -88,6 +92,11 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
         return {"change_points": change_points(values, request.get("options", {}))}
     if op == "analyze_json_runs":
         return {"change_points": analyze_json_runs(request["runs"], request.get("options", {}))}
+    if op == "change_points_orig":
+        filled = list(values)
+        fill_missing(filled)
+        found, _ = compute_change_points_orig(filled, seed=int(request["seed"]))
+        return {"indices": sorted(int(c.index) for c in found)}
     if op == "mean_std":
         return {"mean": float(np.mean(values)), "std": float(np.std(values))}
     if op == "candidate":

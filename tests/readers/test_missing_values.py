@@ -26,6 +26,7 @@ from perfwatch.cli.main import main
 from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.processor.loop import Processor
 from perfwatch.processor.memory import MemoryDeadLetterSink, MemoryRecordTopic, MemoryVerdictSink
+from perfwatch.readers.detect import read_input_file
 from perfwatch.readers.jsonl import read_records, records_to_series
 from perfwatch.readers.otava_csv import read_otava_csv
 from perfwatch.state import open_store
@@ -123,6 +124,16 @@ def test_keep_missing_keeps_every_run_with_nan_for_the_blank_cells(tmp_path: Pat
     assert (dropped_x.values.tolist(), dropped_x.commits) == ([1.0, 3.0], ["c00000", "c00002"])
     assert dropped_y.values.tolist() == [20.0, 30.0, 40.0]
     assert dropped_y.commits == ["c00001", "c00002", "c00003"]
+
+
+def test_publish_sends_a_csv_row_as_a_record_without_its_empty_cells(tmp_path: Path) -> None:
+    table = {"x": [1.0, math.nan, 3.0, math.nan], "y": [math.nan, 20.0, 30.0, math.nan]}
+    found = read_input_file(write_csv(tmp_path / "t.csv", table)).records
+    assert [(r.record["commit"], r.record["metrics"]) for r in found] == [
+        (commit(0), {"x": 1.0}),
+        (commit(1), {"y": 20.0}),
+        (commit(2), {"x": 3.0, "y": 30.0}),
+    ]  # a row with no value at all is no run
 
 
 # --- compat mode against Otava ----------------------------------------------------------------

@@ -27,6 +27,7 @@ from _processor_support import (
     processor_config,
     publish,
     running_processor,
+    stored_points,
     unique_topics,
     verdict_documents,
     wait_until,
@@ -40,7 +41,7 @@ from perfwatch.brokers.standalone import PulsarStandalone
 from perfwatch.cli.main import main
 from perfwatch.config import TopicsConfig
 from perfwatch.contract.codec import dumps
-from perfwatch.state import StateStore, open_store
+from perfwatch.state import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.pulsar]
 
@@ -70,10 +71,6 @@ def admin_json(broker: BrokerHandle, method: str, path: str) -> object:
     status, body = admin_request(broker.admin_url, method, path)
     assert status in (200, 204), (status, body)
     return orjson.loads(body) if body else None
-
-
-def stored_points(store: StateStore) -> int:
-    return sum(len(store.series_points(key)) for key in store.series_keys())
 
 
 def test_a_frozen_broker_with_verdicts_in_flight_stops_no_processor(

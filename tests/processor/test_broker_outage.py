@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import logging
 import tempfile
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +19,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from _processor_support import history, processor_config, record_bytes, wait_until
+from _processor_support import (
+    history,
+    processor_config,
+    record_bytes,
+    running_in_thread,
+    wait_until,
+)
 from perfwatch.config import Config
 from perfwatch.processor.loop import FIRST_BACKOFF_S, MAX_BACKOFF_S, Processor
 from perfwatch.processor.memory import MemoryDeadLetterSink, MemoryRecordTopic, MemoryVerdictSink
@@ -64,28 +69,6 @@ def config() -> Config:
     return processor_config("sqlite:///unused", TOPICS, name="proc-a")
 
 
-@contextmanager
-def running(processor: Processor) -> Iterator[list[BaseException]]:
-    """`processor.run` in a thread; the errors it raised (none expected)."""
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            processor.run(stop)
-        except BaseException as err:
-            errors.append(err)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield errors
-    finally:
-        stop.set()
-        thread.join(30)
-        assert not thread.is_alive()
-
-
 def outage_messages() -> list[tuple[str, bytes]]:
     messages, _ = history(tests=2, metrics=2, runs=40, seed=11)
     return [*messages, ("bad", BAD_RECORD)]
@@ -103,9 +86,8 @@ def test_a_broker_outage_with_verdicts_in_flight_never_stops_the_processor(
 ) -> None:
     messages = outage_messages()
     with ports(messages) as reference:
-        with running(reference.processor(config())) as errors:
-            wait_until(lambda: drained(reference), 60, "the reference run")
-        assert not errors
+        with running_in_thread(reference.processor(config())) as runner:
+            runner.wait_until(lambda: drained(reference), "the reference run", 60)
         expected_ids = [v.properties["verdict_id"] for v in reference.verdicts.verdicts]
         expected_points = points(reference.store)
     assert expected_ids, "the data must produce verdicts"
@@ -114,7 +96,7 @@ def test_a_broker_outage_with_verdicts_in_flight_never_stops_the_processor(
     half = (len(messages) - 1) // 2
     with ports(messages[:half]) as p:
         p.unreachable(True)  # down from the start: the processor waits for it
-        with running(p.processor(config())) as errors:
+        with running_in_thread(p.processor(config())) as runner:
             wait_until(lambda: failures(caplog) >= 2, 30, "two failed starts")
             p.unreachable(False)
             wait_until(lambda: drained(p), 30, "the first half")
@@ -126,6 +108,7 @@ def test_a_broker_outage_with_verdicts_in_flight_never_stops_the_processor(
                 p.records.publish(payload, key=key)
             wait_until(lambda: failures(caplog) >= before + 3, 60, "three failed retries")
             assert p.store.unpublished(), "the outbox keeps what the broker did not confirm"
+            assert not runner.errors, runner.errors
             p.verdicts.unreachable = False
             wait_until(lambda: drained(p), 60, "the second half after the outage")
             # The dead-letter topic stops answering when a bad record comes.
@@ -135,7 +118,6 @@ def test_a_broker_outage_with_verdicts_in_flight_never_stops_the_processor(
             wait_until(lambda: failures(caplog) >= before + 2, 60, "two failed retries")
             p.dead_letters.unreachable = False
             wait_until(lambda: drained(p), 60, "all records")
-        assert not errors, errors
 
         ids = [v.properties["verdict_id"] for v in p.verdicts.verdicts]
         assert sorted(ids) == sorted(expected_ids)

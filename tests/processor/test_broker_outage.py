@@ -127,6 +127,7 @@ def test_a_broker_outage_with_verdicts_in_flight_never_stops_the_processor(
         assert [payload for payload, _, _ in p.dead_letters.messages] == [BAD_RECORD]
 
     logged = [r for r in caplog.records if r.getMessage() == FAILED]
+    assert runner.metrics.broker_failures_total() == len(logged)
     waits = [r.__dict__["retry_in_s"] for r in logged]
     assert waits[0] == FIRST_BACKOFF_S and 4 * FIRST_BACKOFF_S in waits
     for previous, wait in itertools.pairwise(waits):

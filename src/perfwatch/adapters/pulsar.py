@@ -188,15 +188,21 @@ class PulsarVerdictPublisher:
         self, payload: bytes, *, key: str, properties: Mapping[str, str], sequence_id: int
     ) -> None:
         item = _InFlight()
+        try:
+            with _broker_call("sending a verdict"):
+                self._producer.send_async(
+                    payload,
+                    lambda result, message_id: self._on_sent(item, result, message_id),
+                    properties=dict(properties),
+                    partition_key=key,
+                    sequence_id=sequence_id,
+                )
+        except BrokerUnavailable:
+            # The caller sends these verdicts again from its outbox: the receipts of
+            # the ones already handed over must not be mistaken for those of later sends.
+            self._in_flight = []
+            raise
         self._in_flight.append(item)
-        with _broker_call("sending a verdict"):
-            self._producer.send_async(
-                payload,
-                lambda result, message_id: self._on_sent(item, result, message_id),
-                properties=dict(properties),
-                partition_key=key,
-                sequence_id=sequence_id,
-            )
 
     def _on_sent(self, item: _InFlight, result: pulsar.Result, message_id: Any) -> None:
         # Runs on the client's I/O thread. A ledger id of -1: dropped as a duplicate.

@@ -239,6 +239,7 @@ class Processor:
         """Leave the broker alone for a while, longer after each failure in a row."""
         self._backoff_s = min(max(2 * self._backoff_s, FIRST_BACKOFF_S), MAX_BACKOFF_S)
         self._resume_at = time.monotonic() + self._backoff_s
+        self.metrics.broker_failures.inc()
         log.error(
             "the broker failed; retrying later",
             extra={"doing": doing, "error": str(err), "retry_in_s": self._backoff_s},

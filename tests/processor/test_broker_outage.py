@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import socket
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,7 +27,8 @@ from _processor_support import (
     running_in_thread,
     wait_until,
 )
-from perfwatch.config import Config
+from perfwatch.adapters.pulsar_admin import prepare_topics
+from perfwatch.config import Config, TopicsConfig
 from perfwatch.processor.loop import FIRST_BACKOFF_S, MAX_BACKOFF_S, Processor
 from perfwatch.processor.memory import MemoryDeadLetterSink, MemoryRecordTopic, MemoryVerdictSink
 from perfwatch.state import SeriesKey, StateStore, open_store
@@ -231,3 +233,18 @@ def test_a_nul_character_is_dead_lettered_at_once_naming_the_field(field: str, p
         assert "NUL" in props["perfwatch.error.message"]
         assert props["perfwatch.source.redelivery_count"] == "0"
         assert p.store.series_keys() == []
+
+
+def test_an_admin_api_that_does_not_answer_is_logged_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    topics = TopicsConfig(verdicts="persistent://t/n/verdicts", dead_letter="persistent://t/n/dlq")
+    prepare_topics(url, topics)
+    warned = [(r.getMessage(), r.__dict__["topic"]) for r in caplog.records]
+    assert warned == [
+        ("could not create the topic; its policies cannot be set before it exists", topic)
+        for topic in (topics.verdicts, topics.verdicts, topics.dead_letter)
+    ]

@@ -135,7 +135,7 @@ class Processor:
                 self._close_ports()
                 self._back_off("starting", err)
                 stop.wait(self._backoff_s)
-        else:
+        else:  # stopped before the broker answered
             return
         try:
             while not stop.is_set():
@@ -180,6 +180,7 @@ class Processor:
                 self._back_off("publishing the outbox", err)
                 return 0
             self._outbox_dirty = False
+            self._backoff_s = 0.0
         try:
             messages = self._records.receive_batch()
         except BrokerUnavailable as err:
@@ -279,7 +280,7 @@ class Processor:
                 committed += self._commit([(message, record)])
             except StoreUnavailable:
                 raise
-            except RunConflict as conflict:  # the same record again changes nothing
+            except RunConflict as conflict:  # at odds with a stored run: retrying cannot help
                 self._dead_letter(message, RUN_CONFLICT, conflict.path, str(conflict))
             except Exception as err:
                 self._hold_back(message, err, traceback.format_exc())

@@ -12,6 +12,7 @@ and a record of the same counters compare with each other.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from perfwatch.readers.perfmon_csv import (
     parse_samples,
     perfmon_samples,
 )
+from perfwatch.readers.tool_json import LocatedRecord
 
 
 def read_counter_csv(path: str | Path, *, time_column: str | None = None) -> CounterSamples:
@@ -126,3 +128,20 @@ def _record_runs(path: Path) -> list[CounterSamples]:
     if not runs:
         raise SourceError(path, "no record in the file")
     return runs
+
+
+def counter_record(path: str | Path, samples: CounterSamples) -> LocatedRecord:
+    """One run's counter samples as a partial record for ``perfwatch publish``: the
+    file name without its extension as test id, no metrics, the samples as ``counters``
+    (NaN as null). The rest of the identity comes from ``complete_record``."""
+    values: list[list[Any]] = samples.values.tolist()
+    for row in values:
+        for i, value in enumerate(row):
+            if value != value:  # NaN: a sample that was not recorded
+                row[i] = None
+    record = {
+        "test": Path(path).stem,
+        "metrics": {},
+        "counters": {"names": list(samples.names), "values": values},
+    }
+    return LocatedRecord("samples", record)

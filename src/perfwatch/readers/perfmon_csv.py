@@ -33,16 +33,19 @@ from perfwatch.readers.counter_names import (
     is_counter_path,
 )
 from perfwatch.readers.errors import SourceError, read_source
+from perfwatch.readers.perfmon_header import (
+    PDH_MARKER,
+    PDH_MARKERS,
+    PDH_TSV_MARKER,
+    first_header_text,
+)
 
-PDH_MARKER = "(PDH-CSV"
-PDH_TSV_MARKER = "(PDH-TSV"
-_PDH_MARKERS = (PDH_MARKER, PDH_TSV_MARKER)
 MISSING_CELLS = {"", "nan", "null", "na"}  # after stripping, case-insensitive
 
 
 def is_perfmon_header(rows: list[tuple[int, list[str]]]) -> bool:
     """Whether a CSV file's rows (from ``csv_rows``) start with a perfmon CSV header."""
-    return bool(rows) and bool(rows[0][1]) and rows[0][1][0].startswith(_PDH_MARKERS)
+    return bool(rows) and bool(rows[0][1]) and rows[0][1][0].startswith(PDH_MARKERS)
 
 
 def read_perfmon_csv(path: str | Path) -> CounterSamples:
@@ -57,7 +60,7 @@ def perfmon_samples(path: Path, rows: list[tuple[int, list[str]]]) -> CounterSam
     if not rows:
         raise SourceError(path, "empty file: expected a perfmon CSV header", line=1)
     line, header = rows[0]
-    if not header or not header[0].startswith(_PDH_MARKERS):
+    if not header or not header[0].startswith(PDH_MARKERS):
         raise SourceError(
             path,
             f"not a perfmon CSV file: the first header cell should start with {PDH_MARKER!r}",
@@ -101,7 +104,7 @@ def csv_rows(path: Path) -> list[tuple[int, list[str]]]:
         text = read_source(path).decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise SourceError(path, f"not UTF-8 text (byte {error.start}); save it as UTF-8") from None
-    delimiter = "\t" if text.lstrip().lstrip('"').startswith(PDH_TSV_MARKER) else ","
+    delimiter = "\t" if first_header_text(text).startswith(PDH_TSV_MARKER) else ","
     # newline="" as csv wants: quoted cells may hold line breaks of their own
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:

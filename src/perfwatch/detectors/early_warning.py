@@ -131,7 +131,7 @@ class EarlyWarning(BaseEstimator):
         half = self.false_alarm_rate / 2.0
         self.single_limit_ = float(stats.t.isf(half / 2.0, df))
         self.pair_limit_ = float(stats.t.isf(math.sqrt(half / 2.0), df))
-        self._df = df
+        self.df_ = df
         return self
 
     def scores(self, runs: ArrayLike) -> np.ndarray:
@@ -182,7 +182,7 @@ class EarlyWarning(BaseEstimator):
         else:
             state = "insufficient"
         newest = float(z[-1])
-        p = float(2.0 * stats.t.sf(abs(newest), self._df)) if newest == newest else math.nan
+        p = float(2.0 * stats.t.sf(abs(newest), self.df_)) if newest == newest else math.nan
         direction: Literal["up", "down"] | None = None
         if sign > 0:
             direction = "up"

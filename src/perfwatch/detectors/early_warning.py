@@ -114,7 +114,6 @@ class EarlyWarning(BaseEstimator):
         x = x[~np.isnan(x)]
         if np.isinf(x).any():
             raise ValueError("segment: values must be finite or NaN")
-        self.segment_ = x
         self.n_segment_ = int(x.shape[0])
         self.log_ = bool(self.log and self.n_segment_ > 0 and (x > 0).all())
         y = np.log(x) if self.log_ else x

@@ -13,6 +13,7 @@ from sklearn.base import BaseEstimator, clone
 
 from perfwatch.detectors import (
     CounterRegressionCheck,
+    EarlyWarning,
     EDivisive,
     EDivisiveParams,
     InputClustering,
@@ -77,8 +78,26 @@ def test_the_function_form_does_not_load_heavy_libraries() -> None:
 
 
 def test_every_detector_class_is_a_scikit_learn_estimator() -> None:
-    for detector in (EDivisive, SeriesAnalyzer, CounterRegressionCheck, InputClustering):
+    for detector in (
+        EDivisive,
+        SeriesAnalyzer,
+        CounterRegressionCheck,
+        InputClustering,
+        EarlyWarning,
+    ):
         assert issubclass(detector, BaseEstimator), detector
+
+
+def test_early_warning_clone_validation_and_fitted_attributes() -> None:
+    _assert_clone_round_trips(EarlyWarning(false_alarm_rate=0.01, tail_quantile=0.2, log=True))
+    bad = EarlyWarning(false_alarm_rate=2.0)  # stored as given, refused by fit
+    assert bad.false_alarm_rate == 2.0
+    with pytest.raises(ValueError, match="false_alarm_rate"):
+        bad.fit(_step())
+    ew = EarlyWarning()
+    assert not hasattr(ew, "center_")
+    ew.fit(_step())
+    assert {"center_", "scale_", "scale_up_", "scale_down_", "n_segment_"} <= set(vars(ew))
 
 
 def test_series_analyzer_clone_keeps_its_params() -> None:

@@ -1,5 +1,6 @@
-"""The detectors: E-Divisive change points, the clustered-counter regression
-check and the run-or-skip input clustering.
+"""The detectors: E-Divisive change points, the early warning on the newest
+run, the clustered-counter regression check and the run-or-skip input
+clustering.
 
 Names are loaded on first use (PEP 562): ``from perfwatch.detectors import
 detect_change_points`` loads numpy and the compiled kernels only; the estimator
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
         CounterSamples,
     )
     from perfwatch.detectors.direction import classify_direction
+    from perfwatch.detectors.early_warning import EarlyWarning, EarlyWarningAssessment
     from perfwatch.detectors.edivisive import (
         ChangePoint,
         EDivisiveParams,
@@ -35,6 +37,8 @@ _MODULE_OF = {
     "ChangePoint": "edivisive",
     "EDivisive": "edivisive_estimator",
     "EDivisiveParams": "edivisive",
+    "EarlyWarning": "early_warning",
+    "EarlyWarningAssessment": "early_warning",
     "detect_change_points": "edivisive",
     "SeriesAnalyzer": "analyzer",
     "classify_direction": "direction",
@@ -53,6 +57,8 @@ __all__ = [
     "CounterSamples",
     "EDivisive",
     "EDivisiveParams",
+    "EarlyWarning",
+    "EarlyWarningAssessment",
     "InputClustering",
     "RunOrSkipRecommender",
     "SeriesAnalyzer",

@@ -23,8 +23,13 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from perfwatch.processor.ports import InboundMessage, PublisherBusy, Receipt
+
+if TYPE_CHECKING:
+    from perfwatch.config import Config
+    from perfwatch.state import StateStore
 
 
 @dataclass
@@ -244,3 +249,18 @@ class MemoryDeadLetterSink:
 
     def close(self) -> None:
         """Nothing to flush: every send is stored at once."""
+
+
+def drain(
+    config: Config, store: StateStore, records: MemoryRecordTopic, verdicts: MemoryVerdictSink
+) -> MemoryDeadLetterSink:
+    """Run one processor over `records` until none is left; its dead letters."""
+    from perfwatch.processor.loop import Processor
+
+    dead_letters = MemoryDeadLetterSink()
+    processor = Processor(config, store, records.source(), verdicts, dead_letters)
+    processor.start()
+    while processor.poll_once():
+        pass
+    processor.close()
+    return dead_letters

@@ -243,6 +243,8 @@ class ChangePointHandler:
             findings, current, self._policy, series_key=key, length=series.length
         )
         series.published = [finding.to_json() for finding in findings]
+        if not changes:
+            return []  # the usual case for a series with change points: nothing new
         ref = SeriesRef(record.test, added.metric, dict(series.key.attributes))
         episodes = episodes_of(findings, self._policy)
         moves.extend(

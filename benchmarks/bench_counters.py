@@ -1,35 +1,56 @@
-"""Time and memory of the clustered-counter check as the number of counters grows.
+"""Time and memory of the clustered-counter check at the scale of a big system's counters.
 
-    python benchmarks/bench_counters.py [--counters 100 1000 3000] [--observations 600]
+    python benchmarks/bench_counters.py [--counters 1000] [--observations 600] [--runs 6]
 
-For each size: one baseline run and one target run of that many counters x observations
-(default parameters: steady state, blocks of 10, redundancy analysis, clustering, one
-model per candidate), timing ``fit`` and ``check`` and the peak memory traced. The data:
-counters in groups driven by shared latent factors (one group per ten counters), some
-nearly copies of another, some noisy, like a big system's counters.
+For each size: ``runs`` good runs and one target of that many counters x observations,
+checked as ``perfwatch compare --calibrate`` does it with default parameters: the
+threshold calibrated by leaving each good run out in turn (``runs`` extra fits and
+checks), then one fit on all of them and the check of the target. Times are the
+process's CPU seconds (the wall time of the whole is printed too): on a shared machine
+the wall time measures the other users' load as much as this code; run with
+OPENBLAS_NUM_THREADS=1 to keep BLAS threads from spinning on a busy machine. Printed:
+the time of each phase, the time to read the runs' perfmon files, the process's peak
+resident memory, and where the time goes by step (filtering, redundancy removal,
+clustering, model fits, prediction and errors, the KS statistics), from a profile of the
+same work. The data: counters in groups driven by shared latent
+factors (one group per ten counters), some nearly copies of another, some noisy.
 
-Reference, measured in the same run: the redundancy analysis done literally (refit a
-regression of every counter on the others after each removal, statsmodels OLS) on 40
-counters, against the inverse-matrix downdates that fit uses; the ratio is printed.
+References, measured in the same run:
+
+- calibration as separate fits, one per left-out run, each preparing (steady state,
+  blocks) its runs again: what the shared preparation saves;
+- the paper's steps read literally (``CounterRegressionCheck.seed_literal()``: sample
+  by sample, no deviations), calibrated and checked the same way;
+- reading a perfmon file with every cell through the careful per-cell parser;
+- the redundancy analysis done literally (refit a regression of every counter on the
+  others after each removal, statsmodels OLS) on 40 counters, against the inverse-matrix
+  downdates that fit uses.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import math
+import pstats
 import resource
+import tempfile
 import time
-import tracemalloc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import statsmodels.api as sm
+from sklearn.base import clone
 
-from perfwatch.detectors.counters import (
-    CounterRegressionCheck,
-    CounterSamples,
+from perfwatch.detectors.counter_steps import (
+    RedundancyStep,
     correlation_matrix,
     redundancy_analysis,
 )
+from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
+from perfwatch.readers.counter_csv import read_counter_runs
+from perfwatch.readers.perfmon_csv import csv_rows, parse_sample
 
 
 def counters(seed: int, count: int, observations: int) -> CounterSamples:
@@ -72,30 +93,158 @@ def literal_redundancy(values: np.ndarray, threshold: float) -> list[int]:
     return removed
 
 
-def measure(count: int, observations: int) -> dict[str, float]:
-    baseline, target = counters(1, count, observations), counters(2, count, observations)
-    tracemalloc.start()
-    started = time.perf_counter()
-    check = CounterRegressionCheck().fit([baseline])
-    fitted = time.perf_counter()
-    result = check.check(target)
-    done = time.perf_counter()
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+# step -> functions whose cumulative profiled time it is: functions of perfwatch's counter
+# modules by name; "numpy.pinv": the inverse Gram matrices all of a cluster's models come
+# from, "statsmodels.fit": the OLS of the model each cluster reports
+STEPS = {
+    "filtering (missing, steady state, constant, run identities)": [
+        "_drop_mostly_missing",
+        "_prepare_run",
+        "_drop_run_identities",
+    ],
+    "redundancy removal (identities, redundancy analysis)": [
+        "_collapse_identities",
+        "_remove_redundant",
+    ],
+    "clustering (distances, linkage, cut, lone counters)": [
+        "cluster_counters",
+        "merge_singletons",
+        "_attach",
+    ],
+    "model fits (inverse Gram matrices, the reported OLS)": [
+        "numpy.pinv",
+        "_design",
+        "statsmodels.fit",
+    ],
+    "prediction and errors": ["predict", "errors"],
+    "KS statistics (baseline spread, dependent's KS)": ["_spread", "ks_2samp"],
+}
+
+
+def run_check(
+    baseline: list[CounterSamples], target: CounterSamples, check: CounterRegressionCheck
+) -> dict[str, float]:
+    """Calibrate on the baseline, fit it and check the target: CPU seconds per phase,
+    and the wall time of all three."""
+    wall = time.perf_counter()
+    started = time.process_time()
+    check.calibrate(baseline)
+    calibrated = time.process_time()
+    check.fit(baseline)
+    fitted = time.process_time()
+    check.check(target)
+    done = time.process_time()
     return {
-        "fit": fitted - started,
+        "calibrate": calibrated - started,
+        "fit": fitted - calibrated,
         "check": done - fitted,
-        "peak_mb": peak / 2**20,
-        "kept": len(check.kept_),
-        "clusters": len(check.clusters_),
-        "judged": sum(c.error is not None for c in result.clusters),
+        "total": done - started,
+        "wall": time.perf_counter() - wall,
     }
+
+
+def separate_fits(baseline: list[CounterSamples], check: CounterRegressionCheck) -> float:
+    """The calibration's leave-one-out as independent fits (nothing shared): CPU seconds."""
+    started = time.process_time()
+    for i, run in enumerate(baseline):
+        clone(check).fit(baseline[:i] + baseline[i + 1 :]).check(run)
+    return time.process_time() - started
+
+
+def breakdown(profile: cProfile.Profile) -> dict[str, float]:
+    """Cumulative profiled seconds per step (STEPS) and of the whole."""
+    profiled = pstats.Stats(profile)
+    by_name: dict[str, float] = {}
+    for (filename, _, name), (_, _, _, cumulative, _) in profiled.stats.items():  # type: ignore[attr-defined]
+        if "statsmodels" in filename and name == "fit":
+            name = "statsmodels.fit"
+        elif "numpy" in filename and name == "pinv":
+            name = "numpy.pinv"
+        elif "perfwatch/detectors/counter" not in filename and name != "ks_2samp":
+            continue
+        by_name[name] = by_name.get(name, 0.0) + cumulative
+    steps = {step: sum(by_name.get(n, 0.0) for n in names) for step, names in STEPS.items()}
+    steps["whole"] = profiled.total_tt  # type: ignore[attr-defined]
+    return steps
+
+
+def timed(action: Callable[[], object]) -> float:
+    """CPU seconds of ``action``."""
+    started = time.process_time()
+    action()
+    return time.process_time() - started
+
+
+def write_perfmon(path: Path, samples: CounterSamples) -> None:
+    """The run as typeperf writes it (its names are counter paths; every cell quoted)."""
+    header = ["(PDH-CSV 4.0) (Coordinated Universal Time)(0)", *samples.names]
+    lines = [",".join(f'"{cell}"' for cell in header)]
+    for i, row in enumerate(samples.values.tolist()):
+        lines.append(",".join(f'"{cell}"' for cell in [str(i), *map(repr, row)]))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def reading(samples: CounterSamples) -> tuple[float, float]:
+    """Seconds to read one perfmon file of the run, and to read it cell by cell with
+    ``parse_sample`` (every cell through the careful parser: the reference)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "run.csv"
+        write_perfmon(path, samples)
+        fast = timed(lambda: read_counter_runs(path))
+
+        def careful() -> None:
+            for line, row in csv_rows(path)[1:]:
+                values = [parse_sample(path, line, c, cell) for c, cell in enumerate(row[1:], 2)]
+                assert not any(map(math.isinf, values))
+
+        return fast, timed(careful)
+
+
+def measure(count: int, observations: int, runs: int) -> None:
+    baseline = [counters(seed, count, observations) for seed in range(1, runs + 1)]
+    target = counters(runs + 1, count, observations)
+    read_s, careful_s = reading(target)
+    ours = run_check(baseline, target, CounterRegressionCheck())
+    separate = separate_fits(baseline, CounterRegressionCheck())
+    literal = run_check(baseline, target, CounterRegressionCheck.seed_literal())
+    profile = cProfile.Profile(time.process_time)
+    profile.runcall(run_check, baseline, target, CounterRegressionCheck())
+    steps = breakdown(profile)
+
+    print(
+        f"\n{count} counters x {observations} samples, {runs} good runs + a target "
+        f"(calibration: {runs} leave-one-out fits and checks)"
+    )
+    print(
+        f"  calibrate {ours['calibrate']:.2f} s, fit {ours['fit']:.2f} s, "
+        f"check {ours['check']:.2f} s: total {ours['total']:.2f} CPU s "
+        f"({ours['wall']:.2f} s wall)"
+    )
+    print(
+        f"  calibration as separate fits: {separate:.2f} s "
+        f"(shared preparation {separate / ours['calibrate']:.2f}x faster)"
+    )
+    print(
+        f"  the paper's steps read literally, same work: {literal['total']:.2f} s "
+        f"(calibrate {literal['calibrate']:.2f} s; ratio default / literal "
+        f"{ours['total'] / literal['total']:.2f})"
+    )
+    print(
+        f"  reading one run's perfmon CSV: {read_s:.2f} s ({runs + 1} files: "
+        f"{(runs + 1) * read_s:.2f} s); every cell through the careful parser "
+        f"{careful_s:.2f} s ({careful_s / read_s:.1f}x the reader)"
+    )
+    whole = steps.pop("whole")
+    print(f"  by step (profiled, {whole:.2f} CPU s under the profiler):")
+    for step, seconds in steps.items():
+        print(f"    {step:<62} {seconds:>7.2f} s {100 * seconds / whole:>5.1f}%")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--counters", type=int, nargs="+", default=[100, 1000, 3000])
+    parser.add_argument("--counters", type=int, nargs="+", default=[1000])
     parser.add_argument("--observations", type=int, default=600)
+    parser.add_argument("--runs", type=int, default=6, help="good runs (at least 2)")
     parser.add_argument(
         "--reference-counters",
         type=int,
@@ -103,30 +252,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="size of the literal redundancy analysis measured for reference (slow)",
     )
     args = parser.parse_args(argv)
-
-    print(f"one baseline and one target run of {args.observations} observations")
-    header = ("counters", "fit s", "check s", "total s", "peak MB", "kept", "clusters")
-    print(" ".join(f"{h:>9}" for h in header))
     for count in args.counters:
-        m = measure(count, args.observations)
-        print(
-            f"{count:>9} {m['fit']:>9.2f} {m['check']:>9.2f} {m['fit'] + m['check']:>9.2f} "
-            f"{m['peak_mb']:>9.0f} {m['kept']:>9} {m['clusters']:>9}"
-        )
+        measure(count, args.observations, args.runs)
     resident = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"process peak resident memory: {resident:.0f} MB")
+    print(f"\nprocess peak resident memory: {resident:.0f} MB")
 
     smallest = args.reference_counters
     values = counters(1, smallest, args.observations).values
-    started = time.perf_counter()
-    literal = literal_redundancy(values, 0.9)
-    literal_s = time.perf_counter() - started
-    started = time.perf_counter()
-    steps = redundancy_analysis(correlation_matrix(values), 0.9)
-    downdates_s = time.perf_counter() - started
-    same = [s.index for s in steps] == literal
+    literal: list[int] = []
+    literal_s = timed(lambda: literal.extend(literal_redundancy(values, 0.9)))
+    steps: list[RedundancyStep] = []
+    downdates_s = timed(lambda: steps.extend(redundancy_analysis(correlation_matrix(values), 0.9)))
+    same = [step.index for step in steps] == literal
     print(
-        f"\nredundancy analysis of {smallest} counters: refit per counter per removal "
+        f"redundancy analysis of {smallest} counters: refit per counter per removal "
         f"{literal_s:.2f} s, inverse downdates {downdates_s:.4f} s "
         f"({literal_s / downdates_s:.0f}x faster; same removals: {'yes' if same else 'NO'})"
     )

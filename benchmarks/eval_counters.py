@@ -67,6 +67,7 @@ import orjson
 import statsmodels.api as sm
 from scipy.stats import ks_2samp
 
+from perfwatch.detectors.counter_steps import percentage_error
 from perfwatch.detectors.counters import (
     CounterCheckResult,
     CounterRegressionCheck,
@@ -74,7 +75,6 @@ from perfwatch.detectors.counters import (
     block_means,
     correlation_matrix,
     fill_missing,
-    percentage_error,
     redundancy_analysis,
     shrink_correlation,
     steady_state_window,

@@ -155,11 +155,17 @@ def running_processor(
     config: Config, store: StateStore, client: pulsar.Client, broker: BrokerHandle, **kwargs: Any
 ) -> Iterator[RunningProcessor]:
     """A processor consuming in a thread; stopped (gracefully) on exit."""
-    runner = RunningProcessor(
-        pulsar_processor(
-            config, store, client, subscription_type=broker.subscription_type(), **kwargs
-        )
+    processor = pulsar_processor(
+        config, store, client, subscription_type=broker.subscription_type(), **kwargs
     )
+    with running_in_thread(processor) as runner:
+        yield runner
+
+
+@contextmanager
+def running_in_thread(processor: Processor) -> Iterator[RunningProcessor]:
+    """`processor.run` in a thread; stopped (gracefully) on exit, failing if it raised."""
+    runner = RunningProcessor(processor)
     stop = threading.Event()
 
     def run() -> None:
@@ -231,6 +237,10 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.05)
+
+
+def stored_points(store: StateStore) -> int:
+    return sum(len(store.series_points(key)) for key in store.series_keys())
 
 
 def settled(metrics: ProcessorMetrics, expected: int) -> Callable[[], bool]:

@@ -92,6 +92,31 @@ class OtavaReference:
         request = {"op": "change_points", "values": _json_values(values), "options": options}
         return self.ask(request)["change_points"]
 
+    def analyze_runs(
+        self, times: Sequence[int], columns: dict[str, Sequence[float]], **options: Any
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Otava's import of stored runs and its analysis (``Series.analyze``): per metric,
+        the change points of runs at ``times`` (epoch seconds) with the values of
+        ``columns`` (NaN: the run has no value, which Otava fills in)."""
+        runs = [
+            {
+                "timestamp": moment,
+                "metrics": [
+                    {"name": name, "value": _json_values([values[run]])[0]}
+                    for name, values in columns.items()
+                ],
+                "attributes": {},
+            }
+            for run, moment in enumerate(times)
+        ]
+        request = {"op": "analyze_json_runs", "runs": runs, "options": options}
+        return self.ask(request)["change_points"]
+
+    def change_points_orig(self, values: Sequence[float], seed: int) -> list[int]:
+        """The indices Otava's original, permutation-tested E-Divisive finds (NaN: missing)."""
+        request = {"op": "change_points_orig", "values": _json_values(values), "seed": seed}
+        return self.ask(request)["indices"]
+
     def candidate(self, values: Sequence[float]) -> tuple[int, float]:
         reply = self.ask({"op": "candidate", "values": _json_values(values)})
         return reply["index"], reply["qhat"]

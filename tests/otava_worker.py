@@ -9,6 +9,15 @@ Requests and replies:
   ``{"change_points": [{"index", "pvalue", "magnitude", "forward_change_percent",
   "mean_before", "std_before", "mean_after", "std_after"}, ...]}``; ``null`` in values
   is a missing run, filled as Otava's ``AnalyzedSeries`` fills it.
+- ``{"op": "analyze_json_runs", "runs": [...], "options": {...}}`` -> ``{"change_points":
+  {metric: [...]}}``: Otava's own path from stored runs to change points, its JSON
+  importer (runs as Otava's JSON format: ``timestamp``, ``metrics`` of ``name``/``value``,
+  ``attributes``; a ``null`` value is a missing one) and ``Series.analyze``, which fills
+  missing values in; the change points as for ``change_points``.
+- ``{"op": "change_points_orig", "values": [...], "seed": S}`` -> ``{"indices": [...]}``:
+  the change points of Otava's original E-Divisive (``compute_change_points_orig``: no
+  windows, a permutation test of each split, 100 permutations drawn with ``seed``), missing
+  values filled in as for ``change_points``.
 - ``{"op": "candidate", "values": [...]}`` -> ``{"index", "qhat"}`` of the divergence's
   best split of the whole list (``PairDistanceCalculator``).
 - ``{"op": "mean_std", "values": [...]}`` -> ``{"mean", "std"}``: numpy's mean and
@@ -27,19 +36,28 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from otava.analysis import compute_change_points, fill_missing
+from otava.analysis import compute_change_points, compute_change_points_orig, fill_missing
 from otava.change_point_divisive.calculator import PairDistanceCalculator
+from otava.data_selector import DataSelector
+from otava.importer import JsonImporter
 from otava.series import AnalysisOptions, Metric, Series
+from otava.test_config import JsonTestConfig
 
 
 def change_points(values: list[float | None], options: dict[str, Any]) -> list[dict[str, Any]]:
     filled = list(values)
     fill_missing(filled)
     found, _ = compute_change_points(filled, **options)
+    return described(found)
+
+
+def described(found: list[Any]) -> list[dict[str, Any]]:
     return [
         {
             "index": int(c.index),
@@ -55,11 +73,30 @@ def change_points(values: list[float | None], options: dict[str, Any]) -> list[d
     ]
 
 
+def analyze_json_runs(runs: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "runs.json"
+        path.write_text(json.dumps(runs))
+        series = JsonImporter().fetch_data(JsonTestConfig("runs", str(path), None), DataSelector())
+    analysis = AnalysisOptions()
+    for name, value in options.items():
+        setattr(analysis, name, value)
+    analyzed = series.analyze(analysis)
+    return {metric: described(found) for metric, found in analyzed.change_points.items()}
+
+
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     op = request["op"]
     values = request.get("values", [])
     if op == "change_points":
         return {"change_points": change_points(values, request.get("options", {}))}
+    if op == "analyze_json_runs":
+        return {"change_points": analyze_json_runs(request["runs"], request.get("options", {}))}
+    if op == "change_points_orig":
+        filled = list(values)
+        fill_missing(filled)
+        found, _ = compute_change_points_orig(filled, seed=int(request["seed"]))
+        return {"indices": sorted(int(c.index) for c in found)}
     if op == "mean_std":
         return {"mean": float(np.mean(values)), "std": float(np.std(values))}
     if op == "candidate":

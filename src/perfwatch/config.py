@@ -139,6 +139,17 @@ class TopicsConfig(Section):
         "persistent://public/default/perfwatch-dead-letter",
         "Topic the records that cannot be processed go to, with the reason.",
     )
+    retention_minutes: int = setting(
+        40_320,
+        "Minutes the broker keeps verdicts and dead letters (-1: forever; `serve` sets it "
+        "on both topics through the admin URL).",
+        ge=-1,
+    )
+    retention_mb: int = setting(
+        4096,
+        "Megabytes of verdicts, and as many of dead letters, the broker keeps (-1: no limit).",
+        ge=-1,
+    )
 
 
 class ConsumerConfig(Section):

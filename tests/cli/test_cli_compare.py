@@ -12,8 +12,11 @@ from click.testing import CliRunner
 from perfwatch.cli.main import main
 
 
-def write_run(path: Path, seed: int, *, cpu_per_request: float = 1.0) -> Path:
-    """A CSV run: request load drives cpu and network, a second load drives disk."""
+def write_run(
+    path: Path, seed: int, *, cpu_per_request: float = 1.0, host: str | None = None
+) -> Path:
+    """A CSV run: request load drives cpu and network, a second load drives disk. With
+    ``host``: the same run as typeperf writes it, counter paths on that host."""
     rng = np.random.default_rng(seed)
     n = 240
     load = 1 + 0.2 * np.sin(np.arange(n) / 9 + seed) + 0.05 * rng.normal(size=n)
@@ -25,6 +28,16 @@ def write_run(path: Path, seed: int, *, cpu_per_request: float = 1.0) -> Path:
         "disk_bytes": 500 * other + 10 * rng.normal(size=n),
         "heap": 4e8 * other + 1e6 * rng.normal(size=n),
     }
+    if host is not None:
+        header = ["(PDH-CSV 4.0) (Coordinated Universal Time)(0)"]
+        header += [f"\\\\{host}\\App(web)\\{name}" for name in columns]
+        lines = [",".join(f'"{cell}"' for cell in header)]
+        for i in range(n):
+            cells = [f"12/01/2026 10:{i // 12:02d}:{5 * (i % 12):02d}.000"]
+            cells += [f"{v[i]:.6f}" for v in columns.values()]
+            lines.append(",".join(f'"{cell}"' for cell in cells))
+        path.write_text("\n" + "\n".join(lines) + "\nExiting, please wait...\n")
+        return path
     lines = ["time," + ",".join(columns)]
     for i in range(n):
         lines.append(f"{5 * i}," + ",".join(f"{v[i]:.6f}" for v in columns.values()))
@@ -123,3 +136,29 @@ def test_literal_mode_runs(files: dict) -> None:
     parameters = orjson.loads(out)["parameters"]
     assert parameters["dependent_selection"] == "ks"
     assert parameters["block"] == 1 and parameters["steady_state"] == "off"
+
+
+def test_a_typeperf_target_is_checked_against_a_plain_csv_baseline(
+    files: dict, tmp_path: Path
+) -> None:
+    """The same counters written by typeperf on one host and in a plain CSV export from
+    another (counter paths with their host) compare with each other."""
+    plain = []
+    for good in files["good"]:
+        text = good.read_text().splitlines()
+        names = text[0].split(",")[1:]
+        text[0] = "time," + ",".join(f"\\\\WEB02\\App(web)\\{name}" for name in names)
+        plain.append(good.with_suffix(".paths.csv"))
+        plain[-1].write_text("\n".join(text) + "\n")
+    typeperf = write_run(tmp_path / "tonight.csv", 10, host="BUILD07")
+    slow = write_run(tmp_path / "slow-typeperf.csv", 11, cpu_per_request=1.6, host="BUILD07")
+    code, out, err = invoke("--baseline", *plain, "--target", typeperf)
+    assert code == 0, out + err
+    assert "\\App(web)\\cpu" in out
+    code, out, _ = invoke("--baseline", *plain, "--target", slow)
+    assert code == 1, out
+    assert "\\App(web)\\cpu" in out.splitlines()[1]
+    # typeperf baselines from one host, a target from another
+    baseline = [write_run(tmp_path / f"db{i}.csv", i, host="DB01") for i in range(3)]
+    code, out, _ = invoke("--baseline", *baseline, "--target", typeperf)
+    assert code == 0, out

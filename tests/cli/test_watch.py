@@ -300,6 +300,21 @@ def test_publish_then_a_processor_then_watch(
     ]
 
 
+def _subscriptions(broker: BrokerHandle, topic: str) -> list[str]:
+    assert broker.admin_url is not None
+    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/subscriptions"
+    status, body = admin_request(broker.admin_url, "GET", path)
+    assert status == 200, body
+    return sorted(orjson.loads(body))
+
+
+def _eventually_subscriptions(broker: BrokerHandle, topic: str, expected: list[str]) -> None:
+    deadline = time.monotonic() + 15
+    while _subscriptions(broker, topic) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _subscriptions(broker, topic) == expected
+
+
 def test_watch_leaves_no_subscription_behind(
     pulsar_broker: BrokerHandle, unique_topic: Callable[[str], str]
 ) -> None:
@@ -312,13 +327,41 @@ def test_watch_leaves_no_subscription_behind(
         ["watch", *_on(pulsar_broker, topic), "--from-earliest", "--limit", "1"],
     )
     assert result.exit_code == 0, result.output
+    _eventually_subscriptions(pulsar_broker, topic, [])
+
+
+def test_a_killed_watch_leaves_nothing_and_a_named_subscription_is_kept(
+    pulsar_broker: BrokerHandle, unique_topic: Callable[[str], str]
+) -> None:
+    """Without --subscription, watch reads with a reader: SIGKILL leaves no durable
+    subscription behind. With one, it is kept and the next watch resumes from it."""
+    topic = unique_topic("verdicts")
+    client = make_client(pulsar_broker)
+    _produce(client, topic, [dumps(verdict())])
+    watcher = subprocess.Popen(
+        [*PERFWATCH, "watch", "--no-color", *_on(pulsar_broker, topic), "--from-earliest"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "REGRESSION" in _read_line(watcher.stdout, 60)
+    finally:
+        watcher.kill()
+        watcher.wait()
+    _eventually_subscriptions(pulsar_broker, topic, [])
+
+    named = [*_on(pulsar_broker, topic), "--subscription", "mine", "--idle-timeout", "2"]
+    first = CliRunner().invoke(main, ["watch", *named, "--from-earliest", "--format", "json"])
+    assert first.exit_code == 0, first.output
+    assert len(first.stdout_bytes.splitlines()) == 1
+    assert _subscriptions(pulsar_broker, topic) == ["mine"]
+    _produce(client, topic, [dumps(verdict(direction="improvement", change=-4.0))])
+    client.close()
+    resumed = CliRunner().invoke(main, ["watch", *named, "--format", "json"])
+    assert resumed.exit_code == 0, resumed.output
+    [line] = resumed.stdout_bytes.splitlines()
+    assert orjson.loads(line)["change_point"]["direction"] == "improvement"
     assert pulsar_broker.admin_url is not None
-    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/subscriptions"
-    deadline = time.monotonic() + 10
-    while True:
-        status, body = admin_request(pulsar_broker.admin_url, "GET", path)
-        assert status == 200, body
-        if orjson.loads(body) == [] or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert orjson.loads(body) == []
+    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/subscription/mine"
+    assert admin_request(pulsar_broker.admin_url, "DELETE", path)[0] in (200, 204)

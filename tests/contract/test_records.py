@@ -301,13 +301,15 @@ def test_dumps_refuses_non_finite_numbers() -> None:
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
-names = st.text(min_size=1, max_size=20)
+# Any text a store can hold: every character but NUL.
+stored_text = st.characters(blacklist_characters="\x00")
+names = st.text(stored_text, min_size=1, max_size=20)
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     metrics=st.dictionaries(names, finite, min_size=1, max_size=5),
-    attributes=st.dictionaries(names, st.text(max_size=20), max_size=3),
+    attributes=st.dictionaries(names, st.text(stored_text, max_size=20), max_size=3),
     microsecond=st.integers(0, 999_999),
 )
 def test_any_valid_record_round_trips(
@@ -523,6 +525,11 @@ def mutated(doc: Any, path: Path, how: str, value: Any) -> Any:
         parent[last] = math.nan
     elif how == "newline" and isinstance(target, str):
         parent[last] = target + "\n"
+    elif how == "nul" and isinstance(target, str):
+        parent[last] = target[:1] + "\x00" + target[1:]
+    elif how == "nul" and isinstance(target, dict) and target:
+        name = next(iter(target))
+        target[f"{name}\x00"] = target.pop(name)
     elif how == "bad_date" and isinstance(target, str) and timestamps.RFC3339.match(target):
         parent[last] = target[:5] + "02-30" + target[10:]
     return doc
@@ -567,6 +574,7 @@ CHANGES = [
     "tuple",
     "not_finite",
     "newline",
+    "nul",
     "bad_date",
 ]
 
@@ -634,9 +642,11 @@ def test_quick_check_agrees_with_full_pass_on_verdicts(doc: Any) -> None:
 @pytest.mark.parametrize(
     ("change", "valid"),
     [
-        # Finite numbers whose sum overflows, and an integer beyond the float range.
+        # Finite numbers whose sum overflows, and integers in and beyond the float range.
         ({"values": [[1e308, 1e308], [1e308, 1e308]]}, True),
-        ({"values": [[1.0, 2.0], [10**400, 1.0]]}, True),
+        ({"values": [[1.0, 2.0], [2**1023, 1.0]]}, True),
+        ({"values": [[1.0, 2.0], [10**400, 1.0]]}, False),
+        ({"timestamps": [0, -(10**400)]}, False),
         ({"values": [[1.0, 2.0], [math.inf, -math.inf]]}, False),
         ({"values": [[1.0, 2.0], [1e308, math.nan]]}, False),
         ({"values": [[1.0, 2.0], [True, 1.0]]}, False),
@@ -672,3 +682,37 @@ def test_counter_rows_need_no_length_check_of_their_own() -> None:
     # long as counters.names: that holds only while names can never be longer than a row.
     counters = load_schema("record")["$defs"]["counters"]["properties"]
     assert counters["names"]["maxItems"] <= counters["values"]["items"]["maxItems"]
+
+
+@pytest.mark.parametrize(
+    ("where", "path"),
+    [
+        (("test",), "$.test"),
+        (("run_id",), "$.run_id"),
+        (("attributes", "runner"), "$.attributes.runner"),
+        (("metrics",), '$.metrics["wall_time_s\\u0000"]'),
+    ],
+)
+def test_a_nul_character_anywhere_is_refused_with_its_path(where: Path, path: str) -> None:
+    doc = full_record()
+    parent = doc
+    for part in where[:-1]:
+        parent = parent[part]
+    if where == ("metrics",):
+        doc["metrics"]["wall_time_s\x00"] = doc["metrics"].pop("wall_time_s")
+    else:
+        parent[where[-1]] += "\x00"
+    with pytest.raises(RecordError) as caught:
+        parse_record(orjson.dumps(doc))
+    assert (caught.value.kind, caught.value.path) == (ErrorKind.SCHEMA, path)
+    assert "NUL" in caught.value.message
+
+
+def test_numbers_beyond_the_float_range_are_refused() -> None:
+    doc = full_record()
+    doc["metrics"]["wall_time_s"] = 10**400
+    [problem] = validate_record(doc)
+    assert (problem.kind, problem.path) == (ErrorKind.NON_FINITE, "$.metrics.wall_time_s")
+    assert "beyond the range of a 64-bit float" in problem.message
+    doc["metrics"]["wall_time_s"] = 2**1023  # a float holds it
+    assert validate_record(doc) == []

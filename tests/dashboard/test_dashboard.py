@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from perfwatch.config import Config
@@ -23,12 +25,14 @@ from perfwatch.contract.codec import dumps
 from perfwatch.contract.models import InputProfile, MetricValue, Record, SeriesRef, Verdict
 from perfwatch.contract.validation import validate_verdict
 from perfwatch.dashboard import figures, queries
+from perfwatch.dashboard.analysis import ChangePointAnalysis, episodes, status_of
 from perfwatch.dashboard.app import DashboardSettings, create_app, plotly_js_path
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
 from perfwatch.detectors.inputs import InputClustering, RunOrSkipRecommender, input_table
 from perfwatch.processor.changepoints import ChangePointHandler
-from perfwatch.processor.handlers import baseline_key
-from perfwatch.state import SeriesKey, StateStore, open_store
+from perfwatch.processor.handlers import RecordHandler, baseline_key
+from perfwatch.processor.metric_info import MetricInfoHandler
+from perfwatch.state import Point, SeriesKey, StateStore, open_store
 
 T0 = datetime(2024, 3, 1, 2, 0, tzinfo=UTC)
 RUNS = 80
@@ -49,11 +53,17 @@ def nightly_record(i: int, latency: float, memory: float, test: str = "api.searc
     )
 
 
-def handle(store: StateStore, handler: ChangePointHandler, record: Record) -> list[str]:
-    """One record through the change-point handler, as the processor commits it."""
+def series_handlers() -> list[RecordHandler]:
+    """The processor's handlers of metric values: change points, then units and directions."""
+    return [ChangePointHandler(Config()), MetricInfoHandler(Config())]
+
+
+def handle(store: StateStore, handlers: list[RecordHandler], record: Record) -> list[str]:
+    """One record through the series handlers, as the processor commits it."""
     queued = []
     with store.transaction() as tx:
-        for verdict in handler.handle(record, tx, T0 + timedelta(days=400)):
+        verdicts = [v for h in handlers for v in h.handle(record, tx, T0 + timedelta(days=400))]
+        for verdict in verdicts:
             key = SeriesKey.of(
                 verdict.series.test, verdict.series.metric, verdict.series.attributes
             )
@@ -160,7 +170,7 @@ def filled_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StateStor
     rng = np.random.default_rng(20240301)
     url = f"sqlite:///{tmp_path_factory.mktemp('dashboard') / 'state.db'}"
     with open_store(url) as store:
-        handler = ChangePointHandler(Config())
+        handler = series_handlers()
         for i in range(RUNS):
             latency = (125.0 if i >= STEP_AT else 100.0) * (1 + 0.01 * rng.standard_normal())
             memory = 512.0 * (1 + 0.005 * rng.standard_normal())
@@ -178,38 +188,126 @@ LATENCY = SeriesKey.of("api.search", "latency_ms", {"branch": "main"})
 # --- queries --------------------------------------------------------------------------------
 
 
-def test_status_is_the_direction_of_the_latest_change_point() -> None:
-    assert queries.status_of([]) == "stable"
-    older = {"index": 10, "direction": "regression"}
-    newer = {"index": 30, "direction": "improvement"}
-    assert queries.status_of([newer, older]) == "improvement"
-    assert queries.status_of([older, {"index": 40, "direction": "unknown"}]) == "changed"
+def change(index: int, before: float, after: float, noise: float, direction: str) -> dict:
+    """A change point as the dashboard lists it, with the numbers a test needs."""
+    return {
+        "index": index,
+        "run_id": f"run-{index}",
+        "mean_before": before,
+        "mean_after": after,
+        "stddev_before": noise,
+        "stddev_after": noise,
+        "forward_change_percent": (after / before - 1) * 100,
+        "direction": direction,
+    }
 
 
-def test_segments_split_at_change_points_with_their_statistics() -> None:
-    values = [1.0, 1.0, 3.0, 5.0, 5.0, 5.0]
-    result = queries.segments(values, [3, 2])
-    assert [(s.start, s.stop) for s in result] == [(0, 2), (2, 3), (3, 6)]
-    assert [s.mean for s in result] == [1.0, 3.0, 5.0]
-    assert result[0].stddev == 0.0
+def test_a_fixed_regression_is_one_episode_not_an_improvement() -> None:
+    # latency 100 -> 130 at run 40, back to 100.5 at run 48 (noise 1.5)
+    found = episodes(
+        [change(40, 100, 130, 1.5, "regression"), change(48, 130, 100.5, 1.5, "improvement")]
+    )
+    assert [(e["kind"], e["index"], e["fixed_index"], e["open"]) for e in found] == [
+        ("regression", 40, 48, False)
+    ]
+    assert found[0]["text"] == "regression +30.0% at run 40, fixed at run 48"
+    assert status_of(found)[0] == "fixed"
+
+
+def test_a_partly_undone_regression_stays_open_and_is_the_status() -> None:
+    # 100 -> 130, then down to 110: still 10 above the old level, far beyond the noise
+    found = episodes(
+        [change(40, 100, 130, 1.5, "regression"), change(48, 130, 110, 1.5, "improvement")]
+    )
+    assert [(e["kind"], e["open"]) for e in found] == [("regression", True), ("improvement", False)]
+    status, episode = status_of(found)
+    assert status == "regression" and episode is not None and episode["index"] == 40
+    # the latest change is an improvement: the old status showed only that
+    assert found[-1]["kind"] == "improvement"
+    # within the noise (2) but keeping more than half of a small regression (3 -> 1.8 left)
+    small = [change(40, 100, 103, 2.0, "regression"), change(48, 103, 101.8, 2.0, "improvement")]
+    assert status_of(episodes(small))[0] == "regression"
+    assert status_of(episodes(small, step_share=None))[0] == "fixed"
+
+
+def test_episodes_of_stacked_regressions_unrelated_improvements_and_unknown_directions() -> None:
+    stacked = episodes(
+        [
+            change(10, 100, 105, 1.0, "regression"),
+            change(20, 105, 112, 1.0, "regression"),
+            change(30, 112, 99.5, 1.0, "improvement"),  # back below the first level: fixes both
+        ]
+    )
+    assert [(e["index"], e["fixed_index"]) for e in stacked] == [(10, 30), (20, 30)]
+    assert status_of(stacked)[0] == "fixed"
+    worst = episodes(
+        [
+            change(10, 100, 103, 0.5, "regression"),
+            change(20, 103, 120, 0.5, "regression"),
+            change(30, 120, 103.2, 0.5, "improvement"),  # undoes the second only
+        ]
+    )
+    assert [(e["index"], e["fixed_index"]) for e in worst] == [(10, None), (20, 30)]
+    assert status_of(worst)[1]["index"] == 10  # type: ignore[index]
+    lost = episodes([change(5, 100, 80, 1, "improvement"), change(15, 80, 100, 1, "regression")])
+    assert status_of(lost)[0] == "regression"  # losing an improvement is a regression
+    assert status_of(episodes([change(5, 10, 12, 0.1, "unknown")]))[0] == "changed"
+    assert status_of([]) == ("stable", None)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(50, 200), st.floats(0.1, 5), st.sampled_from(["regression", "improvement"])
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_every_change_point_is_in_exactly_one_episode(steps: list) -> None:
+    changes, level = [], 100.0
+    for i, (after, noise, direction) in enumerate(steps):
+        changes.append(change(10 * (i + 1), level, after, noise, direction))
+        level = after
+    found = episodes(changes)
+    starts = [e["index"] for e in found]
+    fixes = [e["fixed_index"] for e in found if e["fixed_index"] is not None]
+    assert sorted(starts + sorted(set(fixes))) == [c["index"] for c in changes]
+    assert all(e["kind"] == "regression" for e in found if e["fixed_index"] is not None)
+    assert (status_of(found)[0] == "regression") == any(e["open"] for e in found)
+
+
+def test_segments_are_the_change_points_own_numbers() -> None:
+    values = [1.0, 1.0, 1.0, 1.0, 5.0, 5.0, 5.0, 6.0]
+    points = [Point(f"r{i}", v, float(i)) for i, v in enumerate(values)]
+    (cp,) = [change(4, 1.0, 5.25, 0.0, "unknown") | {"stddev_after": 0.433}]
+    result = queries.segments(points, [cp])
+    assert result == [
+        {"start": 0, "stop": 4, "mean": 1.0, "stddev": 0.0},
+        {"start": 4, "stop": 8, "mean": 5.25, "stddev": 0.433},
+    ]
+    (whole,) = queries.segments(points, [])
+    assert whole["mean"] == pytest.approx(np.mean(values))
+    assert whole["stddev"] == pytest.approx(np.std(values))
 
 
 def test_series_list_shows_the_regression_found_by_the_handler(filled_store: StateStore) -> None:
-    rows = {row["key"]: row for row in queries.list_series(filled_store)}
+    rows = {row["key"]: row for row in queries.list_series(filled_store, ChangePointAnalysis())}
     assert len(rows) == 4
     latency = rows[LATENCY.canonical]
     assert latency["status"] == "regression"
     assert latency["runs"] == RUNS
-    assert latency["latest_change"]["index"] == STEP_AT
-    assert latency["latest_change"]["forward_change_percent"] == pytest.approx(25, abs=3)
+    assert latency["unit"] == "ms" and latency["direction"] == "lower_is_better"
+    assert latency["status_episode"]["index"] == STEP_AT
+    assert latency["status_episode"]["forward_change_percent"] == pytest.approx(25, abs=3)
     assert latency["latest"]["run_id"] == f"api.search#{RUNS - 1:03d}"
     memory = rows[SeriesKey.of("api.search", "peak_memory_mb", {"branch": "main"}).canonical]
     assert memory["status"] == "stable"
-    assert memory["latest_change"] is None
+    assert memory["status_episode"] is None
 
 
 def test_series_detail_segments_match_the_points(filled_store: StateStore) -> None:
-    detail = queries.series_detail(filled_store, LATENCY)
+    detail = queries.series_detail(filled_store, LATENCY, ChangePointAnalysis())
     assert detail is not None
     values = np.array([p["value"] for p in detail["points"]])
     assert [cp["index"] for cp in detail["change_point_list"]] == [STEP_AT]
@@ -222,7 +320,10 @@ def test_series_detail_segments_match_the_points(filled_store: StateStore) -> No
         "change_point.confirmed",
         "change_point.detected",
     ]
-    assert queries.series_detail(filled_store, SeriesKey.of("nope", "x")) is None
+    assert (
+        queries.series_detail(filled_store, SeriesKey.of("nope", "x"), ChangePointAnalysis())
+        is None
+    )
 
 
 def test_feed_is_newest_first_and_pages_without_overlap(filled_store: StateStore) -> None:
@@ -260,8 +361,9 @@ def test_resources_pick_time_and_memory_metrics(filled_store: StateStore) -> Non
     first = data["totals"][0]
     expected = sum(line["points"][0]["value"] for line in data["time"])
     assert first["total"] == pytest.approx(expected)
-    assert first["tests"] == 2
+    assert first["tests"] == ["api.search", "db.read"] and first["unit"] == "ms"
     assert len(data["totals"]) == RUNS
+    assert data["note"] == ""
 
 
 def test_inputs_view_places_votes_on_the_baseline_clusters(filled_store: StateStore) -> None:
@@ -286,7 +388,7 @@ def test_inputs_view_places_votes_on_the_baseline_clusters(filled_store: StateSt
 
 
 def test_series_figure_marks_change_points_and_bands(filled_store: StateStore) -> None:
-    detail = queries.series_detail(filled_store, LATENCY)
+    detail = queries.series_detail(filled_store, LATENCY, ChangePointAnalysis())
     assert detail is not None
     figure = figures.series_figure(detail)
     roles = {}
@@ -294,13 +396,33 @@ def test_series_figure_marks_change_points_and_bands(filled_store: StateStore) -
         roles.setdefault(trace.get("meta", {}).get("role"), []).append(trace)
     (runs,) = roles["runs"]
     assert runs["y"] == [p["value"] for p in detail["points"]]
-    assert runs["customdata"][STEP_AT][0] == f"api.search#{STEP_AT:03d}"
+    assert runs["customdata"][STEP_AT][:2] == [STEP_AT, f"api.search#{STEP_AT:03d}"]
     (marks,) = roles["change_points"]
     assert marks["x"] == [STEP_AT]
     assert marks["marker"]["color"] == [figures.STATUS_COLOURS["regression"]]
     means = [trace["y"][0] for trace in roles["segment_mean"]]
     assert means == [s["mean"] for s in detail["segments"]]
     assert [shape["x0"] for shape in figure["layout"]["shapes"]] == [STEP_AT - 0.5]
+    assert figure["layout"]["xaxis"]["title"]["text"] == "run (position in the series)"
+    assert figure["layout"]["yaxis"]["title"]["text"] == "latency_ms (ms)"
+
+
+def test_series_figure_x_axis_shows_run_dates_or_commits(filled_store: StateStore) -> None:
+    detail = queries.series_detail(filled_store, LATENCY, ChangePointAnalysis())
+    assert detail is not None
+    by_date = figures.series_figure(detail, "date")
+    (runs,) = [t for t in by_date["data"] if t.get("meta", {}).get("role") == "runs"]
+    assert runs["x"][0] == "2024-03-01 02:00:00.000000"  # T0, in UTC
+    assert runs["x"][STEP_AT] == (T0 + timedelta(days=STEP_AT)).strftime("%Y-%m-%d %H:%M:%S.%f")
+    assert by_date["layout"]["xaxis"]["type"] == "date"
+    # the change point's line lies between the last run before it and the first after
+    middle = T0 + timedelta(days=STEP_AT - 0.5)
+    assert by_date["layout"]["shapes"][0]["x0"] == middle.strftime("%Y-%m-%d %H:%M:%S.%f")
+    by_commit = figures.series_figure(detail, "commit")
+    axis = by_commit["layout"]["xaxis"]
+    assert axis["title"]["text"] == "commit (runs in series order)"
+    expected = [detail["points"][i]["commit"][:10] for i in axis["tickvals"]]
+    assert axis["ticktext"] == expected and len(expected) <= 12 and axis["tickvals"][0] == 0
 
 
 def test_counter_figures_show_errors_against_the_threshold(filled_store: StateStore) -> None:
@@ -314,6 +436,200 @@ def test_counter_figures_show_errors_against_the_threshold(filled_store: StateSt
     assert flagged and any("memory" in c["members"] for c in flagged)
     ratios = charts["means"]["data"][1]["y"]
     assert ratios == pytest.approx([100 * c["target_mean"] / c["baseline_mean"] for c in modelled])
+
+
+# --- one set of numbers per change point: perfwatch analyze's ----------------------------------
+
+NIGHTLY = Path(__file__).resolve().parents[2] / "examples" / "nightly.jsonl"
+ANALYZE_FIELDS = (
+    "index", "time", "commit", "forward_change_percent", "magnitude", "mean_before",
+    "stddev_before", "mean_after", "stddev_after", "pvalue", "direction",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def nightly_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StateStore]:
+    """The example nightly history (120 runs, 3 metrics) through the processor's handlers."""
+    from perfwatch.contract.codec import parse_record
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('nightly') / 'state.db'}"
+    with open_store(url) as store:
+        handlers = series_handlers()
+        for line in NIGHTLY.read_bytes().splitlines():
+            handle(store, handlers, parse_record(line))
+        yield store
+
+
+def analyze_json(path: Path) -> dict[str, list[dict]]:
+    """`perfwatch analyze --format json` on a file: change points by metric."""
+    from click.testing import CliRunner
+
+    from perfwatch.cli.main import main
+
+    result = CliRunner().invoke(main, ["analyze", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return {s["metric"]: s["change_points"] for s in orjson.loads(result.output)["series"]}
+
+
+def test_change_points_are_perfwatch_analyze_on_the_stored_history(
+    nightly_store: StateStore,
+) -> None:
+    expected = analyze_json(NIGHTLY)
+    analysis = ChangePointAnalysis()
+    for metric, offline in expected.items():
+        key = SeriesKey.of("nightly", metric, {"branch": "main"})
+        detail = queries.series_detail(nightly_store, key, analysis)
+        assert detail is not None
+        shown = [{name: cp[name] for name in ANALYZE_FIELDS} for cp in detail["change_point_list"]]
+        assert shown == offline, metric  # exactly: same detector, parameters and values
+        assert [s["mean"] for s in detail["segments"][1:]] == [cp["mean_after"] for cp in offline]
+        figure = figures.series_figure(detail)
+        labels = [a["text"] for a in figure["layout"]["annotations"]]
+        assert labels == [f"{cp['forward_change_percent']:+.1f}%" for cp in offline]
+    # The verdicts published while the history grew carry other numbers: the old page
+    # showed the first of them next to its segment table.
+    p99 = SeriesKey.of("nightly", "p99_latency_ms", {"branch": "main"})
+    first = queries.verdict_feed(nightly_store, series_key=p99)[-1]["verdict"]["change_point"]
+    (now,) = expected["p99_latency_ms"]
+    assert first["index"] == now["index"] and first["pvalue"] != now["pvalue"]
+    assert abs(first["forward_change_percent"] - now["forward_change_percent"]) > 1
+
+
+def test_configured_analyzer_rules_are_used_as_analyze_uses_its_flags(
+    nightly_store: StateStore,
+) -> None:
+    from click.testing import CliRunner
+
+    from perfwatch.cli.main import main
+
+    config = Config(analyzer={"window_len": 20, "max_pvalue": 1e-6})
+    args = ["analyze", str(NIGHTLY), "--format", "json", "--window", "20", "-P", "1e-6"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    for series in orjson.loads(result.output)["series"]:
+        key = SeriesKey.of("nightly", series["metric"], {"branch": "main"})
+        detail = queries.series_detail(nightly_store, key, ChangePointAnalysis(config))
+        assert detail is not None and detail["parameters"]["window_len"] == 20
+        shown = [{name: cp[name] for name in ANALYZE_FIELDS} for cp in detail["change_point_list"]]
+        assert shown == series["change_points"]
+
+
+def test_without_declared_directions_the_verdicts_give_them(tmp_path: Path) -> None:
+    from perfwatch.contract.codec import parse_record
+    from perfwatch.dashboard.analysis import metric_direction_from_evidence
+
+    regression_up = {"direction": "regression", "forward_change_percent": 5}
+    assert metric_direction_from_evidence(regression_up) == "lower_is_better"
+    assert (
+        metric_direction_from_evidence({"direction": "regression", "forward_change_percent": -5})
+        == "higher_is_better"
+    )
+    assert (
+        metric_direction_from_evidence({"direction": "unknown", "forward_change_percent": 5})
+        is None
+    )
+    # A store written without the metric-info handler (an older processor).
+    with open_store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        handlers: list[RecordHandler] = [ChangePointHandler(Config())]
+        for line in NIGHTLY.read_bytes().splitlines():
+            handle(store, handlers, parse_record(line))
+        key = SeriesKey.of("nightly", "p99_latency_ms", {"branch": "main"})
+        summary = queries.series_summary(store, key, ChangePointAnalysis())
+        assert (summary["unit"], summary["direction"], summary["status"]) == (
+            None,
+            "lower_is_better",
+            "regression",
+        )
+
+
+def test_the_fixed_memory_regression_is_one_episode(nightly_store: StateStore) -> None:
+    memory = SeriesKey.of("nightly", "peak_memory_mb", {"branch": "main"})
+    summary = queries.series_summary(nightly_store, memory, ChangePointAnalysis())
+    (episode,) = summary["episodes"]
+    assert (episode["kind"], episode["index"], episode["fixed_index"]) == ("regression", 96, 102)
+    assert summary["status"] == "fixed"  # the latest change alone said "improvement"
+    assert summary["unit"] == "MiB"
+
+
+def test_api_series_detail_carries_analyze_numbers(nightly_store: StateStore) -> None:
+    expected = analyze_json(NIGHTLY)["p99_latency_ms"]
+    app = create_app(DashboardSettings(store_url=nightly_store.url))
+    key = SeriesKey.of("nightly", "p99_latency_ms", {"branch": "main"}).canonical
+    with TestClient(app) as http:
+        body = http.get("/api/series/detail", params={"key": key, "x": "commit"}).json()
+        bad_axis = http.get("/api/series/detail", params={"key": key, "x": "colour"})
+    shown = [
+        {name: cp[name] for name in ANALYZE_FIELDS} for cp in body["series"]["change_point_list"]
+    ]
+    assert shown == expected
+    assert body["series"]["status"] == "regression"
+    assert body["figure"]["layout"]["yaxis"]["title"]["text"] == "p99_latency_ms (ms)"
+    assert bad_axis.status_code == 400 and "'x'" in bad_axis.text
+
+
+def test_totals_never_add_different_units(tmp_path: Path) -> None:
+    with open_store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        handlers = series_handlers()
+        for i in range(4):
+            for test, value, unit in (
+                ("parse", 120.0, "ms"),
+                ("render", 0.3, "s"),
+                ("load", 80.0, "ms"),
+            ):
+                record = Record(
+                    test=test,
+                    run_id=f"{test}-{i}",
+                    timestamp=T0 + timedelta(days=i),
+                    metrics={"cpu_time": MetricValue(value + i, unit, "lower_is_better")},
+                    commit=f"c{i:09d}",
+                )
+                handle(store, handlers, record)
+        data = queries.resources_over_commits(store)
+        assert {(t["commit"], t["unit"]): t["total"] for t in data["totals"]} == {
+            **{(f"c{i:09d}", "ms"): 120.0 + 80.0 + 2 * i for i in range(4)},
+            **{(f"c{i:09d}", "s"): 0.3 + i for i in range(4)},
+        }
+        assert "different units (ms, s)" in data["note"]
+        charts = figures.resources_figures(data)
+        assert [bar["meta"]["unit"] for bar in charts["total"]["data"]] == ["ms", "s"]
+        assert (
+            charts["total"]["layout"]["yaxis"]["title"]["text"]
+            == "cpu_time (units differ: see legend)"
+        )
+        assert sorted(t["name"] for t in charts["time"]["data"]) == [
+            "load (ms)",
+            "parse (ms)",
+            "render (s)",
+        ]
+
+
+def test_empty_views_say_so(tmp_path: Path) -> None:
+    with open_store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        data = queries.resources_over_commits(store)
+        assert data["note"] == "No series yet: nothing to show."
+        charts = figures.resources_figures(data)
+        assert {name: chart["layout"]["meta"]["empty"] for name, chart in charts.items()} == {
+            "time": "No time-like metric",
+            "memory": "No memory-like metric",
+            "total": "No time metric to total",
+        }
+
+
+def test_counter_run_picker_names_the_runs_own_date_and_commit(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    with open_store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        handlers = series_handlers()
+        for i in range(3):
+            handle(store, handlers, nightly_record(i, 100.0, 512.0))
+        checked = replace(
+            counter_verdict(rng), series=SeriesRef("api.search", None, {"branch": "main"})
+        )
+        add_check_verdict(store, replace(checked, record_run_id="api.search#001"))
+        (item,) = queries.counter_checks(store)
+        assert item["run"]["time"] == "2024-03-02T02:00:00Z"
+        assert item["run"]["commit"] == hashlib.sha1(b"commit-1").hexdigest()
+        add_check_verdict(store, replace(checked, verdict_id="0" * 32, record_run_id="elsewhere"))
+        assert queries.counter_checks(store)[0]["run"] is None
 
 
 # --- the application --------------------------------------------------------------------------
@@ -385,7 +701,7 @@ def test_store_poller_sends_each_new_verdict_once(
 ) -> None:
     state = client.app.state.dashboard  # type: ignore[attr-defined]
     queue = client.portal.call(state.hub.subscribe)  # type: ignore[union-attr]
-    handler = ChangePointHandler(Config())
+    handler = series_handlers()
     rng = np.random.default_rng(7)
     new_ids: list[str] = []
     for i in range(RUNS, RUNS + 30):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -35,6 +37,7 @@ from perfwatch.adapters.pulsar import pulsar_processor
 from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.config import Config, ConsumerConfig, StoreConfig, TopicsConfig
 from perfwatch.dashboard import queries
+from perfwatch.dashboard.analysis import ChangePointAnalysis
 from perfwatch.dashboard.app import DashboardSettings, create_app
 from perfwatch.dashboard.live import TopicSettings
 from perfwatch.state import SeriesKey, open_store
@@ -347,22 +350,37 @@ def test_overview_lists_series_with_status_and_newest_verdicts_first(
     page: Any, dashboard_url: str, pipeline: Pipeline
 ) -> None:
     load(page, dashboard_url)
-    expected = {row["key"]: row for row in queries.list_series(pipeline.store)}
+    expected = {
+        row["key"]: row for row in queries.list_series(pipeline.store, ChangePointAnalysis())
+    }
     keys = page.eval_on_selector_all(
         "#series-table tbody tr", "rows => rows.map(r => r.dataset.key)"
     )
     assert sorted(keys) == sorted(expected)
     rows = dict(zip(keys, table(page, "#series-table"), strict=True))
     for key, summary in expected.items():
-        status, test, metric, _, runs, latest, change, _ = rows[key]
+        status, test, metric, _, runs, latest, change, episode, _ = rows[key]
         assert (status, test, metric) == (summary["status"], summary["test"], summary["metric"])
         assert int(runs) == summary["runs"]
-        assert float(latest) == pytest.approx(summary["latest"]["value"], rel=1e-5)
-        if summary["latest_change"]:
-            assert change == f"{summary['latest_change']['forward_change_percent']:+.1f}%"
-    assert rows[P99.canonical][0] == "regression"
+        value, *unit = latest.split(" ")
+        assert float(value) == pytest.approx(summary["latest"]["value"], rel=1e-5)
+        assert unit == ([summary["unit"]] if summary["unit"] else [])
+        if summary["status_episode"]:
+            assert change == f"{summary['status_episode']['forward_change_percent']:+.1f}%"
+            assert episode == summary["status_episode"]["text"]
+    # One set of numbers: the row's change is perfwatch analyze's on the same history.
+    offline = {s["metric"]: s["change_points"] for s in analyze_json(NIGHTLY)}
+    (p99,) = offline["p99_latency_ms"]
+    assert rows[P99.canonical][:1] + rows[P99.canonical][6:8] == [
+        "regression",
+        f"{p99['forward_change_percent']:+.1f}%",
+        f"regression {p99['forward_change_percent']:+.1f}% at run 74 (open)",
+    ]
     throughput = SeriesKey.of("nightly", "throughput_ops_s", {"branch": "main"})
     assert rows[throughput.canonical][0] == "improvement"
+    memory = SeriesKey.of("nightly", "peak_memory_mb", {"branch": "main"})
+    assert rows[memory.canonical][0] == "fixed"
+    assert rows[memory.canonical][7].endswith("at run 96, fixed at run 102")
 
     feed = queries.verdict_feed(pipeline.store, limit=1000)
     shown = page.eval_on_selector_all(
@@ -380,11 +398,88 @@ def test_overview_lists_series_with_status_and_newest_verdicts_first(
     screenshot(page, "overview")
 
 
+def analyze_json(path: Path) -> list[dict[str, Any]]:
+    """`perfwatch analyze --format json` on a file, run as a user runs it."""
+    result = subprocess.run(
+        [Path(sys.executable).with_name("perfwatch"), "analyze", path, "--format", "json"],
+        capture_output=True,
+        check=True,
+    )
+    series: list[dict[str, Any]] = orjson.loads(result.stdout)["series"]
+    return series
+
+
+def test_series_view_shows_one_set_of_numbers_per_change_point_as_analyze_gives(
+    page: Any, dashboard_url: str
+) -> None:
+    for offline in analyze_json(NIGHTLY):
+        key = SeriesKey.of("nightly", offline["metric"], {"branch": "main"})
+        load(page, f"{dashboard_url}/series?key={quote(key.canonical)}")
+        rows = table(page, "#changepoint-table")
+        assert len(rows) == len(offline["change_points"]) > 0
+        for row, cp in zip(rows, offline["change_points"], strict=True):
+            index, _, commit, time_, direction, change, before, after, pvalue = row
+            assert (int(index), commit, time_, direction) == (
+                cp["index"],
+                cp["commit"][:10],
+                cp["time"],
+                cp["direction"],
+            )
+            assert change == f"{cp['forward_change_percent']:+.1f}%"
+            assert float(before) == pytest.approx(cp["mean_before"], rel=1e-5)
+            assert float(after) == pytest.approx(cp["mean_after"], rel=1e-5)
+            assert float(pvalue) == pytest.approx(cp["pvalue"], rel=0.05)
+        drawn = chart(page, "series-chart")
+        labels = [a["text"] for a in drawn["layout"]["annotations"]]
+        assert labels == [
+            f"{cp['forward_change_percent']:+.1f}%" for cp in offline["change_points"]
+        ]
+        # Segments are the change points' own means: nothing on the page disagrees.
+        means = [float(r[1]) for r in table(page, "#segment-table")]
+        expected = [offline["change_points"][0]["mean_before"]] + [
+            cp["mean_after"] for cp in offline["change_points"]
+        ]
+        assert means == pytest.approx(expected, rel=1e-5)
+        # The alert timeline shows no numbers of its own.
+        headers = page.eval_on_selector_all(
+            "#history-table thead th", "cells => cells.map(c => c.textContent)"
+        )
+        assert not {"Change", "p"} & set(headers)
+
+
+def test_series_x_axis_toggles_between_position_date_and_commit(
+    page: Any, dashboard_url: str, pipeline: Pipeline
+) -> None:
+    load(page, f"{dashboard_url}/series?key={quote(P99.canonical)}")
+    points = pipeline.store.series_points(P99)
+    assert chart(page, "series-chart")["layout"]["xaxis"]["title"]["text"].startswith("run")
+    page.select_option("#series-x", "date")
+    page.wait_for_function(
+        "() => document.getElementById('series-chart').layout.xaxis.type === 'date'",
+        timeout=WAIT_MS,
+    )
+    drawn = chart(page, "series-chart")
+    (runs,) = [t for t in drawn["data"] if (t.get("meta") or {}).get("role") == "runs"]
+    assert runs["x"][0].startswith(points[0].time[:10])
+    assert drawn["layout"]["xaxis"]["title"]["text"] == "run date (UTC)"
+    assert drawn["layout"]["yaxis"]["title"]["text"] == "p99_latency_ms (ms)"
+    screenshot(page, "series-by-date")
+    page.select_option("#series-x", "commit")
+    page.wait_for_function(
+        "() => (document.getElementById('series-chart').layout.xaxis.ticktext || []).length > 0",
+        timeout=WAIT_MS,
+    )
+    axis = chart(page, "series-chart")["layout"]["xaxis"]
+    assert axis["ticktext"] == [(points[i].commit or "")[:10] for i in axis["tickvals"]]
+    assert "x=commit" in page.url
+    screenshot(page, "series-by-commit")
+
+
 def test_series_view_plots_runs_change_points_bands_and_history(
     page: Any, dashboard_url: str, pipeline: Pipeline
 ) -> None:
     load(page, f"{dashboard_url}/series?key={quote(P99.canonical)}")
-    detail = queries.series_detail(pipeline.store, P99)
+    detail = queries.series_detail(pipeline.store, P99, ChangePointAnalysis())
     assert detail is not None
     drawn = chart(page, "series-chart")
     by_role: dict[str, list[dict[str, Any]]] = {}
@@ -534,7 +629,7 @@ def test_new_verdict_appears_live_without_reload(
     key = SeriesKey.of("live.checkout", "latency_ms", {"branch": "main"})
     (stored,) = queries.verdict_feed(pipeline.store, series_key=key)
     first = table(page, "#verdict-table")[0]
-    assert first[1:5] == ["REGRESSION", "live.checkout", "latency_ms", stored["facts"]["change"]]
+    assert first[1:5] == ["REGRESSION", "live.checkout", "latency_ms", stored["facts"]["commit"]]
     assert stored["verdict"]["change_point"]["index"] == 28
     status = page.get_attribute(f"#series-table tr[data-key='{key.canonical}']", "data-status")
     assert status == "regression"

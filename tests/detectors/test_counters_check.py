@@ -323,6 +323,19 @@ def test_calibration_is_leave_one_out_plus_the_margin() -> None:
     assert result.threshold_source == "calibrated" and result.regression
 
 
+def test_calibration_prepares_each_run_once_and_changes_nothing() -> None:
+    """The folds of a calibration share each run's preparation: every fold's result is
+    exactly that of a fit of its own, and the estimator's own fit is unaffected."""
+    runs = baseline(4)
+    check = CounterRegressionCheck().calibrate(runs)
+    for i in range(4):
+        alone = CounterRegressionCheck().fit(runs[:i] + runs[i + 1 :]).check(runs[i])
+        assert check.calibration_["largest_excess_errors"][i] == (alone.max_excess_error or 0.0)
+    fitted = check.fit(runs).check(run(27)).to_dict()
+    fresh = CounterRegressionCheck().fit(runs).check(run(27)).to_dict()
+    assert fitted["clusters"] == fresh["clusters"] and fitted["removed"] == fresh["removed"]
+
+
 def test_bad_use_is_reported() -> None:
     with pytest.raises(RuntimeError, match="fit"):
         CounterRegressionCheck().check(run(0))

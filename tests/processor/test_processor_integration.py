@@ -31,6 +31,7 @@ from _processor_support import (
     running_processor,
     settled,
     stored_beliefs,
+    stored_points,
     unique_topics,
     verdict_documents,
     wait_until,
@@ -44,10 +45,6 @@ from perfwatch.state import StateStore, open_store
 
 TIMEOUT = 300.0
 pytestmark = pytest.mark.slow  # each starts processes or brokers: tens of seconds
-
-
-def stored_points(store: StateStore) -> int:
-    return sum(len(store.series_points(key)) for key in store.series_keys())
 
 
 def check_outcome(

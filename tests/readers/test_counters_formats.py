@@ -130,3 +130,96 @@ def test_read_counter_runs_errors(tmp_path: Path) -> None:
         read_counter_runs(tmp_path / "log.blg")
     with pytest.raises(SourceError, match="no such file"):
         read_counter_runs(tmp_path / "missing.csv")
+
+
+# --- one run of the same counters in every format: the names must agree ----------------
+
+PATHS = ["Process(java)\\% Processor Time", "Memory\\Pages/sec", "TCPv4\\Segments/sec"]
+SAMPLES = [[12.5, 4.0, 310.0], [13.25, 0.0, 298.5], [11.0, 2.0, 305.25]]
+
+
+def _perfmon(host: str, *, separator: str = ",", marker: str = "(PDH-CSV 4.0)") -> str:
+    header = [f"{marker} (GMT Standard Time)(0)"] + [f"\\\\{host}\\{p}" for p in PATHS]
+    lines = [separator.join(f'"{cell}"' for cell in header)]
+    for second, row in enumerate(SAMPLES):
+        cells = [f"04/12/2024 10:00:{5 * second:02d}.000"] + [repr(v) for v in row]
+        lines.append(separator.join(f'"{cell}"' for cell in cells))
+    return "\r\n".join(lines) + "\r\n"
+
+
+def _plain(names: list[str]) -> str:
+    lines = ["time," + ",".join(names)]
+    lines += [f"{5 * i}," + ",".join(repr(v) for v in row) for i, row in enumerate(SAMPLES)]
+    return "\n".join(lines) + "\n"
+
+
+FORMATS = {
+    "relog CSV": ("relog.csv", _perfmon("WEB01")),
+    # typeperf's console output redirected to a file: a blank first line, status lines
+    "typeperf console": (
+        "typeperf.csv",
+        "\r\n" + _perfmon("BUILD07") + "Exiting, please wait...\r\n"
+        "The command completed successfully.\r\n",
+    ),
+    "typeperf TSV": ("typeperf.tsv", _perfmon("web01", separator="\t", marker="(PDH-TSV 4.0)")),
+    "plain CSV, counter paths with host": (
+        "plain-host.csv",
+        _plain([f"\\\\WEB02\\{p}" for p in PATHS]),
+    ),
+    "plain CSV, counter paths": ("plain.csv", _plain([f"\\{p}" for p in PATHS])),
+    "record": (
+        "run.json",
+        orjson.dumps(
+            record("r1", {"names": [f"\\\\DB01\\{p}" for p in PATHS], "values": SAMPLES})
+        ).decode(),
+    ),
+}
+
+
+@pytest.mark.parametrize("first", sorted(FORMATS))
+@pytest.mark.parametrize("second", sorted(FORMATS))
+def test_every_pair_of_formats_names_the_counters_alike(
+    tmp_path: Path, first: str, second: str
+) -> None:
+    runs = []
+    for which, kind in (("a", first), ("b", second)):
+        name, text = FORMATS[kind]
+        (tmp_path / which).mkdir()
+        (run,) = read_counter_runs(write(tmp_path / which, name, text))
+        runs.append(run)
+    assert runs[0].names == runs[1].names == [f"\\{p}" for p in PATHS]
+    assert runs[0].values.tolist() == runs[1].values.tolist() == SAMPLES
+
+
+def test_names_are_trimmed_and_paths_from_several_hosts_keep_their_hosts(
+    tmp_path: Path,
+) -> None:
+    text = _plain([" cpu ", "\\\\A\\Memory\\Pages/sec", "\\\\B\\Memory\\Pages/sec"])
+    assert read_counter_csv(write(tmp_path, "hosts.csv", text)).names == [
+        "cpu",
+        "\\\\A\\Memory\\Pages/sec",
+        "\\\\B\\Memory\\Pages/sec",
+    ]
+
+
+def test_a_counter_written_with_and_without_its_host_is_a_duplicate(tmp_path: Path) -> None:
+    text = _plain(["\\\\A\\Memory\\Pages/sec", "\\Memory\\Pages/sec", "cpu"])
+    path = write(tmp_path, "twice.csv", text)
+    with pytest.raises(SourceError, match=r"appears twice \(columns 2 and 3\)") as caught:
+        read_counter_csv(path)
+    assert f"{path}:1:3:" in str(caught.value)
+    doc = record("r1", {"names": ["\\\\A\\M\\c", "\\M\\c"], "values": [[1, 2]]})
+    records = tmp_path / "twice.json"
+    records.write_bytes(orjson.dumps(doc))
+    with pytest.raises(SourceError, match="are the same counter"):
+        read_counter_runs(records)
+
+
+def test_the_fast_row_parser_reports_what_the_careful_one_does(tmp_path: Path) -> None:
+    text = "time,a,b\n0,1,2\n5,null,3\n10, 4 ,NA\n15,1e3,inf\n"
+    with pytest.raises(SourceError, match=r":5:3: infinite value: 'inf' \(counter 'b'\)"):
+        read_counter_csv(write(tmp_path, "inf.csv", text))
+    samples = read_counter_csv(write(tmp_path, "ok.csv", text.replace("inf", "7")))
+    assert samples.values[[0, 3]].tolist() == [[1.0, 2.0], [1000.0, 7.0]]
+    assert math.isnan(samples.values[1, 0]) and samples.values[2, 0] == 4.0
+    assert math.isnan(samples.values[2, 1])

@@ -21,6 +21,7 @@ from _processor_support import fresh_postgres_schema
 from perfwatch.state import (
     OutboxEntry,
     Point,
+    RunConflict,
     SeriesKey,
     StateStore,
     StoreError,
@@ -79,7 +80,14 @@ def test_points_ordered_by_timestamp_then_arrival_and_idempotent(store: StateSto
     assert add(store, KEY, "r3", 30.0) == 2
     assert add(store, KEY, "late", 15.0) == 1  # inserted where it belongs
     assert add(store, KEY, "tie", 20.0) == 3  # equal timestamp: after the earlier arrival
-    assert add(store, KEY, "r2", 99.0) is None  # run id seen: no change
+    assert add(store, KEY, "r2", 20.0) is None  # the same run again: no change
+    with pytest.raises(RunConflict) as conflict:  # the run id with another time
+        add(store, KEY, "r2", 99.0)
+    assert conflict.value.path == "$.timestamp"
+    with pytest.raises(RunConflict) as conflict:  # ... or another value
+        add(store, KEY, "r2", 20.0, value=2.0)
+    assert conflict.value.path == "$.metrics.p99_ms.value"
+    assert "stored 1.0, now 2.0" in str(conflict.value)
     assert add(store, KEY, "first", 1.0) == 0
     points = store.series_points(KEY)
     assert [p.run_id for p in points] == ["first", "r1", "late", "r2", "tie", "r3"]
@@ -118,8 +126,13 @@ def test_positions_agree_with_a_sorted_list(arrivals: list[tuple[str, int]]) -> 
     with tempfile.TemporaryDirectory() as folder, open_store(f"sqlite:///{folder}/s.db") as store:
         model: list[tuple[int, int, str]] = []  # (timestamp, arrival, run id)
         for arrival, (run_id, ts) in enumerate(arrivals):
+            stored = [stamp for stamp, _, existing in model if existing == run_id]
+            if stored and stored[0] != ts:
+                with pytest.raises(RunConflict):
+                    add(store, KEY, run_id, float(ts))
+                continue
             position = add(store, KEY, run_id, float(ts))
-            if any(existing == run_id for _, _, existing in model):
+            if stored:
                 assert position is None
                 continue
             entry = (ts, arrival, run_id)

@@ -1,6 +1,8 @@
 """The processor's ports over Apache Pulsar (`pulsar-client`).
 
-The client is made elsewhere (`perfwatch.brokers`) and passed in.
+The client is made elsewhere (`perfwatch.brokers`) and passed in. A call the
+broker does not answer in time, or makes while the connection is down, raises
+`BrokerUnavailable`: the processor backs off and tries again.
 """
 
 from __future__ import annotations
@@ -8,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,13 +21,23 @@ from perfwatch.config import Config
 from perfwatch.processor.handlers import RecordHandler
 from perfwatch.processor.loop import Processor
 from perfwatch.processor.observability import ProcessorMetrics
-from perfwatch.processor.ports import InboundMessage, PublisherBusy, Receipt
+from perfwatch.processor.ports import BrokerUnavailable, InboundMessage, PublisherBusy, Receipt
 from perfwatch.state import StateStore
 
 log = logging.getLogger("perfwatch.processor")
 
 _READ_BACK_TIMEOUT_MS = 10_000
 _QUIET_MS = 1_000  # reading back a topic whose end the broker cannot report
+_RECEIPT_GRACE_S = 1.0  # for the callbacks of sends a failed flush gave up on
+
+
+@contextmanager
+def _broker_call(doing: str) -> Iterator[None]:
+    """Raise a failing client call as BrokerUnavailable, saying what was being done."""
+    try:
+        yield
+    except pulsar.PulsarException as err:
+        raise BrokerUnavailable(f"{doing}: {type(err).__name__}: {err}") from err
 
 
 def pulsar_processor(
@@ -63,18 +76,19 @@ class PulsarRecordSource:
 
     def open(self) -> None:
         settings = self._settings
-        self._consumer = self._client.subscribe(
-            self._topic,
-            settings.subscription,
-            consumer_type=self._subscription_type,
-            consumer_name=settings.name,
-            receiver_queue_size=settings.receiver_queue_size,
-            negative_ack_redelivery_delay_ms=settings.nack_delay_ms,
-            initial_position=pulsar.InitialPosition.Earliest,
-            batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(
-                settings.batch_size, -1, settings.batch_timeout_ms
-            ),
-        )
+        with _broker_call("subscribing to the records"):
+            self._consumer = self._client.subscribe(
+                self._topic,
+                settings.subscription,
+                consumer_type=self._subscription_type,
+                consumer_name=settings.name,
+                receiver_queue_size=settings.receiver_queue_size,
+                negative_ack_redelivery_delay_ms=settings.nack_delay_ms,
+                initial_position=pulsar.InitialPosition.Earliest,
+                batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(
+                    settings.batch_size, -1, settings.batch_timeout_ms
+                ),
+            )
         log.info(
             "subscribed",
             extra={"topic": self._topic, "subscription_type": str(self._subscription_type)},
@@ -82,6 +96,8 @@ class PulsarRecordSource:
 
     def receive_batch(self) -> list[InboundMessage]:
         assert self._consumer is not None, "open() first"
+        with _broker_call("receiving records"):
+            received = self._consumer.batch_receive()
         return [
             InboundMessage(
                 payload=message.data(),
@@ -93,16 +109,18 @@ class PulsarRecordSource:
                 publish_time_ms=message.publish_timestamp(),
                 handle=message,
             )
-            for message in self._consumer.batch_receive()
+            for message in received
         ]
 
     def acknowledge(self, message: InboundMessage) -> None:
         assert self._consumer is not None
-        self._consumer.acknowledge(message.handle)
+        with _broker_call("acknowledging a record"):
+            self._consumer.acknowledge(message.handle)
 
     def negative_acknowledge(self, message: InboundMessage) -> None:
         assert self._consumer is not None
-        self._consumer.negative_acknowledge(message.handle)
+        with _broker_call("negatively acknowledging a record"):
+            self._consumer.negative_acknowledge(message.handle)
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -120,22 +138,32 @@ class PulsarDeadLetterSink:
         self._producer: pulsar.Producer | None = None
 
     def open(self) -> None:
-        self._producer = self._client.create_producer(
-            self._topic, producer_name=self._producer_name, block_if_queue_full=True
-        )
+        with _broker_call("opening the dead-letter producer"):
+            self._producer = self._client.create_producer(
+                self._topic, producer_name=self._producer_name, block_if_queue_full=True
+            )
 
     def send(self, payload: bytes, *, key: str, properties: Mapping[str, str]) -> None:
         assert self._producer is not None, "open() first"
         options: dict[str, Any] = {"properties": dict(properties)}
         if key:
             options["partition_key"] = key
-        self._producer.send(payload, **options)
+        with _broker_call("sending a dead letter"):
+            self._producer.send(payload, **options)
 
     def close(self) -> None:
         if self._producer is not None:
             producer, self._producer = self._producer, None
+            _flush_and_close(producer)
+
+
+def _flush_and_close(producer: pulsar.Producer) -> None:
+    """Flush, then close even if the flush failed (what is unsent is sent again later)."""
+    try:
+        with _broker_call("flushing a producer"):
             producer.flush()
-            producer.close()
+    finally:
+        producer.close()
 
 
 @dataclass
@@ -160,14 +188,21 @@ class PulsarVerdictPublisher:
         self, payload: bytes, *, key: str, properties: Mapping[str, str], sequence_id: int
     ) -> None:
         item = _InFlight()
+        try:
+            with _broker_call("sending a verdict"):
+                self._producer.send_async(
+                    payload,
+                    lambda result, message_id: self._on_sent(item, result, message_id),
+                    properties=dict(properties),
+                    partition_key=key,
+                    sequence_id=sequence_id,
+                )
+        except BrokerUnavailable:
+            # The caller sends these verdicts again from its outbox: the receipts of
+            # the ones already handed over must not be mistaken for those of later sends.
+            self._in_flight = []
+            raise
         self._in_flight.append(item)
-        self._producer.send_async(
-            payload,
-            lambda result, message_id: self._on_sent(item, result, message_id),
-            properties=dict(properties),
-            partition_key=key,
-            sequence_id=sequence_id,
-        )
 
     def _on_sent(self, item: _InFlight, result: pulsar.Result, message_id: Any) -> None:
         # Runs on the client's I/O thread. A ledger id of -1: dropped as a duplicate.
@@ -187,7 +222,13 @@ class PulsarVerdictPublisher:
         in_flight, self._in_flight = self._in_flight, []
         if not in_flight:
             return []
-        self._producer.flush()
+        try:
+            self._producer.flush()
+        except pulsar.PulsarException as err:
+            # The sends that timed out have their failed receipts already; the
+            # ones without a receipt count as not stored.
+            log.warning("flushing the verdicts failed", extra={"error": f"{err!r}"})
+            timeout_s = min(timeout_s, _RECEIPT_GRACE_S)
         with self._receipts:
             self._receipts.wait_for(
                 lambda: all(item.receipt is not None for item in in_flight), timeout_s
@@ -195,8 +236,7 @@ class PulsarVerdictPublisher:
             return [item.receipt for item in in_flight]
 
     def close(self) -> None:
-        self._producer.flush()
-        self._producer.close()
+        _flush_and_close(self._producer)
 
 
 class PulsarVerdictSink:
@@ -215,33 +255,37 @@ class PulsarVerdictSink:
             )
         except pulsar.ProducerBusy:
             raise PublisherBusy(name) from None
+        except pulsar.PulsarException as err:
+            raise BrokerUnavailable(f"opening the verdict producer {name!r}: {err!r}") from err
         return PulsarVerdictPublisher(producer)
 
     def read_back(
         self, name: str, after: bytes | None, wanted: set[str]
     ) -> tuple[set[str], bytes | None]:
         start = pulsar.MessageId.earliest if after is None else pulsar.MessageId.deserialize(after)
-        reader = self._client.create_reader(self._topic, start)
+        with _broker_call("reading the verdicts back"):
+            reader = self._client.create_reader(self._topic, start)
         found: set[str] = set()
         last: bytes | None = None
         try:
-            while True:
-                try:
-                    available: bool | None = reader.has_message_available()
-                except pulsar.PulsarException:
-                    available = None  # pulsar-lite cannot tell on a topic never written to
-                if available is False:
-                    break
-                try:
-                    message = reader.read_next(
-                        timeout_millis=_READ_BACK_TIMEOUT_MS if available else _QUIET_MS
-                    )
-                except pulsar.Timeout:
-                    break
-                verdict_id = message.properties().get("verdict_id")
-                if message.producer_name() == name and verdict_id in wanted:
-                    found.add(verdict_id)
-                    last = message.message_id().serialize()
+            with _broker_call("reading the verdicts back"):
+                while True:
+                    try:
+                        available: bool | None = reader.has_message_available()
+                    except pulsar.PulsarException:
+                        available = None  # pulsar-lite cannot tell on a topic never written to
+                    if available is False:
+                        break
+                    try:
+                        message = reader.read_next(
+                            timeout_millis=_READ_BACK_TIMEOUT_MS if available else _QUIET_MS
+                        )
+                    except pulsar.Timeout:
+                        break
+                    verdict_id = message.properties().get("verdict_id")
+                    if message.producer_name() == name and verdict_id in wanted:
+                        found.add(verdict_id)
+                        last = message.message_id().serialize()
         finally:
             reader.close()
         return found, last

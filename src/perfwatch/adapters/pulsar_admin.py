@@ -1,36 +1,119 @@
-"""Calls to the Pulsar admin REST API that the processor makes."""
+"""Calls to the Pulsar admin REST API that the processor makes at start.
+
+Topic policies apply to a topic that exists (the broker answers 404 for one
+that does not, and a topic created by the first producer comes too late), so
+the topics are created first. On the verdicts topic: deduplication, and on it
+and the dead-letter topic: retention, so that what the processor published is
+still there for a reader that comes later (without a retention policy and
+without a subscription the broker may delete a message as soon as its ledger
+is closed).
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import httpx
+
+from perfwatch.config import TopicsConfig
 
 log = logging.getLogger("perfwatch.processor")
 
 _ADMIN_TIMEOUT_S = 10.0
 
 
+def _topic_path(topic: str) -> str:
+    """`persistent://tenant/namespace/name` -> `/admin/v2/persistent/tenant/namespace/name`."""
+    return "/admin/v2/" + topic.replace("://", "/", 1)
+
+
+def _call(
+    admin_url: str, method: str, path: str, auth_token: str | None, body: Any = None
+) -> tuple[int, str]:
+    """(status, answer) of one admin call; status 0 when the broker did not answer."""
+    headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+    try:
+        response = httpx.request(
+            method,
+            admin_url.rstrip("/") + path,
+            json=body,
+            headers=headers,
+            timeout=_ADMIN_TIMEOUT_S,
+        )
+    except httpx.HTTPError as err:
+        return 0, str(err)
+    return response.status_code, response.text
+
+
+def _succeeded(status: int, answer: str, what: str, topic: str, consequence: str) -> bool:
+    if status in (200, 204):
+        return True
+    log.warning(
+        f"could not {what}; {consequence}",
+        extra={"topic": topic, "status": status, "answer": answer[:200]},
+    )
+    return False
+
+
+def create_topic(admin_url: str, topic: str, auth_token: str | None = None) -> bool:
+    """Create the (non-partitioned) topic unless it exists; True when it exists now."""
+    status, answer = _call(admin_url, "PUT", _topic_path(topic), auth_token)
+    if status == 409:  # there already, possibly partitioned: its policies apply the same
+        return True
+    return _succeeded(
+        status, answer, "create the topic", topic, "its policies cannot be set before it exists"
+    )
+
+
 def enable_verdict_deduplication(admin_url: str, topic: str, auth_token: str | None = None) -> bool:
-    """Turn on broker deduplication for the verdicts topic (topic policy); True on success.
+    """Create the verdicts topic if needed and turn on broker deduplication for it (topic
+    policy); True on success.
 
     With it, a verdict re-sent after a crash under the same producer name and
     sequence id is dropped by the broker.
     """
-    path = "/admin/v2/" + topic.replace("://", "/", 1) + "/deduplicationEnabled"
-    headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
-    try:
-        response = httpx.post(
-            admin_url.rstrip("/") + path, json=True, headers=headers, timeout=_ADMIN_TIMEOUT_S
-        )
-        status, answer = response.status_code, response.text
-    except httpx.HTTPError as err:
-        status, answer = 0, str(err)
-    if status in (200, 204):
-        return True
-    log.warning(
-        "could not enable deduplication on the verdicts topic; the outbox read-back "
-        "still prevents duplicates after a processor crash",
-        extra={"topic": topic, "status": status, "answer": answer[:200]},
+    if not create_topic(admin_url, topic, auth_token):
+        return False
+    status, answer = _call(
+        admin_url, "POST", _topic_path(topic) + "/deduplicationEnabled", auth_token, True
     )
-    return False
+    return _succeeded(
+        status,
+        answer,
+        "enable deduplication on the verdicts topic",
+        topic,
+        "the outbox read-back still prevents duplicates after a processor crash",
+    )
+
+
+def set_retention(
+    admin_url: str, topic: str, minutes: int, megabytes: int, auth_token: str | None = None
+) -> bool:
+    """Create the topic if needed and keep its messages for `minutes` and up to
+    `megabytes` (-1: no limit) after they are consumed or when none consumes them."""
+    if not create_topic(admin_url, topic, auth_token):
+        return False
+    status, answer = _call(
+        admin_url,
+        "POST",
+        _topic_path(topic) + "/retention",
+        auth_token,
+        {"retentionTimeInMinutes": minutes, "retentionSizeInMB": megabytes},
+    )
+    return _succeeded(
+        status,
+        answer,
+        "set the retention of the topic",
+        topic,
+        "the namespace's retention applies (none by default: messages nobody subscribes "
+        "to may be deleted)",
+    )
+
+
+def prepare_topics(admin_url: str, topics: TopicsConfig, auth_token: str | None = None) -> None:
+    """Deduplication on the verdicts topic, retention on it and on the dead-letter topic.
+    Failures are logged: the processor works without them, with the risks they name."""
+    enable_verdict_deduplication(admin_url, topics.verdicts, auth_token)
+    for topic in (topics.verdicts, topics.dead_letter):
+        set_retention(admin_url, topic, topics.retention_minutes, topics.retention_mb, auth_token)

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Self
 
@@ -233,6 +233,7 @@ class PulsarStandalone(ChildProcessBroker):
         java: str = "java",
         startup_timeout: float = 240.0,
         stop_grace: float = 30.0,
+        config_overrides: Mapping[str, str] | None = None,
     ) -> None:
         self.lib_dir = Path(lib_dir) if lib_dir is not None else pulsar_home() / "lib"
         self.data_dir = Path(data_dir).resolve() if data_dir is not None else None
@@ -241,6 +242,8 @@ class PulsarStandalone(ChildProcessBroker):
         self.java = java
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
+        # standalone.conf keys set over deploy/pulsar's, e.g. a shorter retention check
+        self.config_overrides = dict(config_overrides or {})
         self._requested_ports = (broker_port, web_port)
         self._ports: tuple[int, int, int] | None = None
         self._run_dir: Path | None = None
@@ -325,6 +328,7 @@ class PulsarStandalone(ChildProcessBroker):
                 # Without these the bookie takes a random port on all interfaces.
                 "allowEphemeralPorts": "true",
                 "listeningInterface": loopback_interface(),
+                **self.config_overrides,
             },
         )
         (run_dir / "standalone.conf").write_text(config)

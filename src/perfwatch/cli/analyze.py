@@ -131,8 +131,14 @@ def analyze(
     }
     params = EDivisiveParams(**{k: v for k, v in settings.items() if v is not None})
     try:
+        # Otava keeps a run whose value is missing (its analysis fills the value in and
+        # counts the run), so compat mode does too; by default the run is left out.
         loaded = _load_series(
-            files, metrics or None, time_column=time_column, separator=_separator(sep)
+            files,
+            metrics or None,
+            time_column=time_column,
+            separator=_separator(sep),
+            keep_missing=compat == "otava",
         )
         _check_found(loaded, metrics, files)
         selected = [
@@ -219,9 +225,10 @@ def _load_series(
     *,
     time_column: str | None,
     separator: str | None,
+    keep_missing: bool,
 ) -> list[MetricSeries]:
     """Series of every file in argument order; record files, merged by test, take the place
-    of the first of them."""
+    of the first of them. ``keep_missing``: a run without a value stays in, as NaN."""
     from perfwatch.readers.otava_csv import read_otava_csv
 
     series: list[MetricSeries] = []
@@ -234,10 +241,18 @@ def _load_series(
                 from perfwatch.readers.jsonl import read_records, records_to_series
 
                 records = (sourced for each in record_files for sourced in read_records(each))
-                series.extend(records_to_series(records, metrics=metrics))
+                series.extend(
+                    records_to_series(records, metrics=metrics, keep_missing=keep_missing)
+                )
         else:
             series.extend(
-                read_otava_csv(path, time_column=time_column, separator=separator, metrics=metrics)
+                read_otava_csv(
+                    path,
+                    time_column=time_column,
+                    separator=separator,
+                    metrics=metrics,
+                    keep_missing=keep_missing,
+                )
             )
     return series
 
@@ -262,6 +277,8 @@ def _prepared(
     until: str | None,
     last: int | None,
 ) -> MetricSeries:
+    import numpy as np
+
     from perfwatch.readers.series import select_points
 
     chosen = select_points(series, branch=branch, since=since, until=until, last=last)
@@ -269,6 +286,9 @@ def _prepared(
         kept = "no runs" if len(chosen) == 0 else "a single run"
         filters = " after filtering" if len(chosen) < len(series) else ""
         raise series.error(f"{kept}{filters}; change-point analysis needs at least 2")
+    if np.isnan(chosen.values).all():
+        filters = " after filtering" if len(chosen) < len(series) else ""
+        raise series.error(f"no run has a value{filters}")
     return replace(chosen, direction=directions.get(series.metric, series.direction))
 
 
@@ -364,7 +384,8 @@ def _label_lines(series: MetricSeries, time_texts: dict[datetime, str]) -> list[
 def _series_table(result: SeriesResult, label_lines: list[str], *, colour: bool) -> str:
     """The label columns, then the values right-aligned, a marker line before each change."""
     series = result.series
-    cells = list(map(VALUE_FORMAT.format, series.values.tolist()))
+    # a missing value (NaN, kept in compat mode) shows as an empty cell, as in the file
+    cells = [VALUE_FORMAT.format(v) if v == v else "" for v in series.values.tolist()]
     width = max(len(series.metric), *map(len, cells))
     values = map(str.rjust, [series.metric, "-" * width, *cells], repeat(width))
     lines = list(map("{}  {}".format, label_lines, values))

@@ -110,7 +110,7 @@ def dashboard(
     except StoreError as error:
         raise InputError(str(error)) from None
     settings = DashboardSettings(
-        store_url=config.store.url, topic=topic, poll_interval_s=poll_interval
+        store_url=config.store.url, topic=topic, poll_interval_s=poll_interval, config=config
     )
     server = uvicorn.Server(
         uvicorn.Config(

@@ -24,9 +24,17 @@ def dev() -> None:
     """Run a local Pulsar broker for development and tests."""
 
 
-def _wait_for_signal(is_running: Callable[[], bool], log_file: Path) -> int | None:
-    """Block until SIGINT/SIGTERM (returns which), or fail if the broker process dies first."""
+def _announce_and_wait(
+    announce: Callable[[], None], is_running: Callable[[], bool], log_file: Path
+) -> int | None:
+    """Print the broker's URLs, then block until SIGINT/SIGTERM (returns which).
+
+    The handlers are installed before the URLs are printed, so a caller that signals as
+    soon as it reads them is always answered by a clean stop. Fails if the broker
+    process dies first.
+    """
     with stop_on_signals() as stop:
+        announce()
         while not stop.wait(1.0):
             # Ctrl-C reaches the broker too (same process group): only a death with no
             # stop request is unexpected.
@@ -113,9 +121,12 @@ def pulsar_standalone(
                 + f", log {standalone.log_file})",
                 err=True,
             )
-            click.echo(f"service URL: {standalone.service_url}")
-            click.echo(f"admin URL:   {standalone.admin_url}")
-            received = _wait_for_signal(lambda: standalone.running, standalone.log_file)
+
+            def announce() -> None:
+                click.echo(f"service URL: {standalone.service_url}")
+                click.echo(f"admin URL:   {standalone.admin_url}")
+
+            received = _announce_and_wait(announce, lambda: standalone.running, standalone.log_file)
             click.echo("Stopping ...", err=True)
         _stopped_by(received)
     except BrokerError as error:
@@ -143,8 +154,11 @@ def embedded(data_dir: Path | None, port: int | None) -> None:
                 f"log {broker.log_file})",
                 err=True,
             )
-            click.echo(f"service URL: {broker.service_url}")
-            received = _wait_for_signal(lambda: broker.running, broker.log_file)
+            received = _announce_and_wait(
+                lambda: click.echo(f"service URL: {broker.service_url}"),
+                lambda: broker.running,
+                broker.log_file,
+            )
             click.echo("Stopping ...", err=True)
         _stopped_by(received)
     except BrokerError as error:

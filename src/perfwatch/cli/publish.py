@@ -118,7 +118,9 @@ def publish(
     dry_run: bool,
 ) -> None:
     """Publish FILE... (perfwatch JSON/JSON Lines, Otava CSV, pytest-benchmark,
-    Google Benchmark or hyperfine JSON) to the records topic, keyed by test id.
+    Google Benchmark or hyperfine JSON, and counter samples: perfmon/typeperf CSV,
+    or plain counter CSV with --format counters-csv) to the records topic, keyed by
+    test id.
 
     Every record is validated first; a file with an invalid record is reported
     (file, position, JSON path) and nothing from it is sent. Exits 0 only when

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ from perfwatch.cli.signals import stop_on_signals
 if TYPE_CHECKING:
     from perfwatch.config import Config
 
+log = logging.getLogger("perfwatch.processor")
+
 
 def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
     """Connect broker and store as configured and process until SIGTERM or SIGINT.
@@ -32,7 +35,7 @@ def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
     (exit status 130); SIGTERM, the orderly stop, returns.
     """
     from perfwatch.adapters.pulsar import pulsar_processor
-    from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication
+    from perfwatch.adapters.pulsar_admin import prepare_topics
     from perfwatch.cli.broker import connected_broker
     from perfwatch.processor.observability import ProcessorMetrics
     from perfwatch.state import open_store
@@ -46,8 +49,12 @@ def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
         client,
     ):
         if handle.admin_url:
-            enable_verdict_deduplication(
-                handle.admin_url, config.topics.verdicts, broker_config.auth_token
+            prepare_topics(handle.admin_url, config.topics, broker_config.auth_token)
+        elif handle.kind != "embedded":  # the embedded broker deletes nothing
+            log.warning(
+                "no admin URL: verdicts are not deduplicated by the broker, and verdicts and "
+                "dead letters are kept only as long as the namespace's retention says",
+                extra={"topics": [config.topics.verdicts, config.topics.dead_letter]},
             )
         metrics = ProcessorMetrics.create()
         stop_metrics = None
@@ -77,6 +84,8 @@ def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
 @records_topic_option
 @verdicts_topic_option
 @setting_option("topics.dead_letter", "--dead-letter-topic", metavar="TOPIC")
+@setting_option("topics.retention_minutes", "--retention-minutes", metavar="MINUTES")
+@setting_option("topics.retention_mb", "--retention-mb", metavar="MB")
 @setting_option("consumer.subscription", "--subscription")
 @setting_option("consumer.name", "--name")
 @store_option

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import uuid
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
@@ -180,32 +179,64 @@ def decode_verdict(message: pulsar.Message) -> dict[str, Any] | None:
     return verdict
 
 
+class _ReaderFeed:
+    """A Pulsar Reader read like a consumer: it holds no subscription the broker keeps,
+    so a watch that is killed leaves nothing behind; there is nothing to acknowledge."""
+
+    def __init__(self, reader: pulsar.Reader) -> None:
+        self._reader = reader
+
+    def receive(self, timeout_millis: int) -> pulsar.Message:
+        return self._reader.read_next(timeout_millis)
+
+    def acknowledge(self, message: pulsar.Message) -> None:
+        """Nothing to do: a reader keeps its position itself."""
+
+    def close(self) -> None:
+        self._reader.close()
+
+
 @click.command("watch")
 @verdict_source_options(alerts_only=False)
 @output_format_option("text: a coloured line per verdict; json: the verdict documents as they are.")
 @click.option("--color/--no-color", default=None, help="Colour the lines [default: on a terminal].")
-def watch(source: VerdictSource, output_format: str, color: bool | None) -> None:
+@click.option(
+    "--subscription",
+    help="Read through this durable subscription, kept on exit: the next watch with it "
+    "resumes where this one stopped. Without it, watch reads without a subscription.",
+)
+def watch(
+    source: VerdictSource, output_format: str, color: bool | None, subscription: str | None
+) -> None:
     """Print verdicts as they are published: test, metric, change, p-value, commit, direction.
 
-    Starts at the latest verdict (--from-earliest replays what the broker kept)
-    on a subscription of its own, removed on exit.
+    Starts at the latest verdict (--from-earliest replays what the broker kept).
+    It reads with a Pulsar reader, which leaves nothing on the broker, unless
+    --subscription names a durable subscription to resume from.
     """
     import pulsar
 
     stdout = sys.stdout.buffer
     with connected_client(source.config, topic=source.topic) as client:
-        consumer = client.subscribe(
-            source.topic,
-            f"perfwatch-watch-{uuid.uuid4().hex[:12]}",
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=source.initial_position,
-        )
+        feed: pulsar.Consumer | _ReaderFeed
+        if subscription is None:
+            start_at = (
+                pulsar.MessageId.earliest if source.from_earliest else pulsar.MessageId.latest
+            )
+            feed = _ReaderFeed(client.create_reader(source.topic, start_at))
+        else:
+            feed = client.subscribe(
+                source.topic,
+                subscription,
+                consumer_type=pulsar.ConsumerType.Shared,
+                initial_position=source.initial_position,
+            )
         start = "oldest" if source.from_earliest else "next"
         click.echo(f"watching {source.topic} from the {start} verdict", err=True)
         shown = 0
         seen = SeenVerdicts()
         try:
-            for message in receive_messages(consumer, idle_timeout_s=source.idle_timeout_s):
+            for message in receive_messages(feed, idle_timeout_s=source.idle_timeout_s):
                 verdict = decode_verdict(message)
                 if (
                     verdict is not None
@@ -218,10 +249,9 @@ def watch(source: VerdictSource, output_format: str, color: bool | None) -> None
                     else:
                         click.echo(verdict_line(verdict), color=color)
                     shown += 1
-                consumer.acknowledge(message)
+                feed.acknowledge(message)
                 if source.limit is not None and shown >= source.limit:
                     break
         finally:
-            # The subscription was this command's alone: leave nothing behind on the broker.
             with suppress(pulsar.PulsarException):
-                consumer.unsubscribe()
+                feed.close()

@@ -1,9 +1,11 @@
 """Checks of record and verdict documents, and the errors that say what is wrong.
 
 The JSON Schema files in ``schemas/`` are the source of truth. This module adds
-the checks a schema cannot express (finite numbers, matrix shapes, unique input
-ids, real calendar dates) and tells apart the ways a message can be bad, so a
-stream consumer can dead-letter it with a precise reason.
+the checks a schema cannot express (finite numbers within the range of a 64-bit
+float, no NUL character in any text or name, matrix shapes, unique input ids,
+real calendar dates: what a state store cannot hold is rejected here) and tells
+apart the ways a message can be bad, so a stream consumer can dead-letter it
+with a precise reason.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def _all_problems(
                     ErrorKind.UNKNOWN_VERSION,
                 )
             ]
-    problems: list[Problem] = []
+    problems: list[Problem] = list(nul_characters(doc, ()))
     if check_finite:
         problems.extend(non_finite_numbers(doc, ()))
     if name == "record":
@@ -172,6 +174,7 @@ def _passes_quick_check(
         return (
             _compiled_schema_passes("verdict", doc)
             and (not check_finite or _plain_and_finite(doc))
+            and _free_of_nul(doc)
             and next(_verdict_value_problems(doc), None) is None
         )
     doc_for_schema, rest = _cut_counter_arrays(doc, ("values", "timestamps"))
@@ -184,6 +187,9 @@ def _passes_quick_check(
     if stamps is not None and not _counter_stamps_pass(stamps, check_finite=check_finite):
         return False
     if check_finite and not _plain_and_finite(doc_for_schema):
+        return False
+    # The rest of the counter arrays holds numbers, nulls and RFC 3339 texts only.
+    if not _free_of_nul(doc_for_schema):
         return False
     return next(_record_value_problems(doc, stamp_dates=False), None) is None
 
@@ -227,7 +233,11 @@ def _python_end_anchors(schema: Any) -> Any:
     return schema
 
 
-_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
+_PLAIN_SCALARS = frozenset({str, bool, type(None)})
+# Integers from here on have no 64-bit float (every numeric column is one).
+_FLOAT_LIMIT = 2**1024
+_NUL = "\x00"
+
 _NUMBER_TYPES = frozenset({float, int})
 _CELL_TYPES = frozenset({float, int, type(None)})
 
@@ -238,11 +248,23 @@ def _plain_and_finite(value: Any) -> bool:
     kind = type(value)
     if kind is float:
         return math.isfinite(value)
+    if kind is int:
+        return -_FLOAT_LIMIT < value < _FLOAT_LIMIT
     if kind is dict:
         return all(map(_plain_and_finite, value.values()))
     if kind is list:
         return all(map(_plain_and_finite, value))
     return kind in _PLAIN_SCALARS
+
+
+def _free_of_nul(doc: Any) -> bool:
+    """Whether no text or name in the document holds a NUL character, judged on its JSON
+    form in one call (orjson writes NUL as an escape). A literal backslash-u0000 text
+    reads as a NUL here too; the full pass then finds no problem, so the answer holds."""
+    try:
+        return b"\\u0000" not in orjson.dumps(doc)
+    except (TypeError, orjson.JSONEncodeError):  # a value JSON cannot hold: the full pass
+        return False
 
 
 def _counter_rows_pass(rows: list[Any], *, check_finite: bool) -> bool:
@@ -287,8 +309,12 @@ def _all_finite(rows: list[list[Any]]) -> bool:
             return True
     except OverflowError:  # an integer beyond the float range
         pass
-    # The sum itself overflowed or met a huge integer: look at each float.
-    return all(math.isfinite(cell) for cell in chain.from_iterable(rows) if type(cell) is float)
+    # The sum itself overflowed or met a huge integer: look at each number.
+    return all(
+        math.isfinite(cell) if type(cell) is float else -_FLOAT_LIMIT < cell < _FLOAT_LIMIT
+        for cell in chain.from_iterable(rows)
+        if cell is not None
+    )
 
 
 def checked(doc: Any, name: Literal["record", "verdict"], *, check_finite: bool) -> Any:
@@ -316,15 +342,40 @@ def json_path(parts: Sequence[str | int]) -> str:
 
 
 def non_finite_numbers(value: Any, path: tuple[str | int, ...]) -> Iterator[Problem]:
+    """NaN, infinities and integers beyond the range of a 64-bit float."""
     if isinstance(value, float):
         if not math.isfinite(value):
             yield Problem(json_path(path), f"{value} is not a finite number", ErrorKind.NON_FINITE)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if not -_FLOAT_LIMIT < value < _FLOAT_LIMIT:
+            yield Problem(
+                json_path(path),
+                f"integer of {value.bit_length()} bits is beyond the range of a 64-bit float",
+                ErrorKind.NON_FINITE,
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from non_finite_numbers(item, (*path, key))
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             yield from non_finite_numbers(item, (*path, index))
+
+
+def nul_characters(value: Any, path: tuple[str | int, ...]) -> Iterator[Problem]:
+    """Texts and names holding a NUL character, which a state store cannot hold."""
+    if isinstance(value, str):
+        if _NUL in value:
+            yield Problem(json_path(path), "contains a NUL character (\\u0000)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _NUL in key:
+                yield Problem(
+                    json_path((*path, key)), "the name contains a NUL character (\\u0000)"
+                )
+            yield from nul_characters(item, (*path, key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from nul_characters(item, (*path, index))
 
 
 def _cut_counter_arrays(

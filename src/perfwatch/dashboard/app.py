@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from perfwatch import __version__
+from perfwatch.config import Config
 from perfwatch.dashboard import figures, queries
+from perfwatch.dashboard.analysis import ChangePointAnalysis
 from perfwatch.dashboard.live import TopicListener, TopicSettings, VerdictHub, decode_verdict
 from perfwatch.state import SeriesKey, StateStore, StoreError, open_store
 
@@ -52,12 +54,14 @@ class JSONResponse(Response):
 
 @dataclass
 class DashboardSettings:
-    """What the application reads and how often it polls."""
+    """What the application reads and how often it polls; `config` gives the analyzer
+    parameters and metric directions the processor uses."""
 
     store_url: str
     topic: TopicSettings | None = None
     poll_interval_s: float = 2.0
     title: str = "perfwatch"
+    config: Config = field(default_factory=Config)
 
 
 class DashboardState:
@@ -65,6 +69,7 @@ class DashboardState:
 
     def __init__(self, settings: DashboardSettings) -> None:
         self.settings = settings
+        self.analysis = ChangePointAnalysis(settings.config)
         self.store: StateStore | None = None
         self.hub: VerdictHub | None = None
         self.listener: TopicListener | None = None
@@ -82,7 +87,7 @@ class DashboardState:
         summary = None
         if item["series_key"]:
             key = SeriesKey.from_canonical(item["series_key"])
-            summary = queries.series_summary(self.require_store(), key)
+            summary = queries.series_summary(self.require_store(), key, self.analysis)
         return {"item": item, "series": summary}
 
     def on_topic_message(self, data: bytes) -> None:
@@ -163,8 +168,9 @@ def _page(template: str, title: str) -> Callable[[Request], Any]:
 
 
 async def api_series(request: Request) -> Response:
-    store = _state(request).require_store()
-    return JSONResponse({"series": await run_in_threadpool(queries.list_series, store)})
+    state = _state(request)
+    series = await run_in_threadpool(queries.list_series, state.require_store(), state.analysis)
+    return JSONResponse({"series": series})
 
 
 async def api_verdicts(request: Request) -> Response:
@@ -182,12 +188,18 @@ async def api_verdicts(request: Request) -> Response:
 
 
 async def api_series_detail(request: Request) -> Response:
-    store = _state(request).require_store()
+    state = _state(request)
     key = _query_key(request)
-    detail = await run_in_threadpool(queries.series_detail, store, key)
+    x_axis = request.query_params.get("x") or "run"
+    if x_axis not in figures.X_AXES:
+        known = ", ".join(figures.X_AXES)
+        raise HTTPException(400, f"query parameter 'x': expected one of {known}, got {x_axis!r}")
+    detail = await run_in_threadpool(
+        queries.series_detail, state.require_store(), key, state.analysis
+    )
     if detail is None:
         raise HTTPException(404, f"no series {key.canonical}")
-    return JSONResponse({"series": detail, "figure": figures.series_figure(detail)})
+    return JSONResponse({"series": detail, "figure": figures.series_figure(detail, x_axis)})
 
 
 async def api_counters(request: Request) -> Response:
@@ -202,7 +214,9 @@ async def api_counters(request: Request) -> Response:
     block = selected["verdict"].get("counter_check", {}) if selected else {}
     return JSONResponse(
         {
-            "checks": [{k: c[k] for k in ("seq", "verdict_id", "kind", "facts")} for c in checks],
+            "checks": [
+                {k: c[k] for k in ("seq", "verdict_id", "kind", "facts", "run")} for c in checks
+            ],
             "selected": selected,
             "figures": figures.counter_figures(block) if selected else None,
         }

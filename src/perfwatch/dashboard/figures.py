@@ -8,7 +8,9 @@ page and in tests.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 STATUS_COLOURS = {
@@ -55,24 +57,91 @@ def short_commit(commit: str | None) -> str:
     return commit[:10] if commit else ""
 
 
-def series_figure(detail: Mapping[str, Any]) -> dict[str, Any]:
+# The series chart's x axis: the run's position, its date, or its commit.
+X_AXES = ("run", "date", "commit")
+_X_TITLES = {
+    "run": "run (position in the series)",
+    "date": "run date (UTC)",
+    "commit": "commit (runs in series order)",
+}
+_COMMIT_TICKS = 12  # commit labels shown at most, evenly spread
+
+
+def value_title(metric: str, unit: str | None) -> str:
+    """An axis title for a metric's values: its name and unit when known."""
+    return f"{metric} ({unit})" if unit else metric
+
+
+def no_data(figure: dict[str, Any], message: str) -> dict[str, Any]:
+    """`figure` with `message` in the middle of its plotting area when it has no data."""
+    if not figure["data"]:
+        note = {"text": message, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                "showarrow": False, "font": {"size": 14, "color": _NOISE_COLOUR}}  # fmt: skip
+        figure["layout"]["annotations"] = [*figure["layout"].get("annotations", []), note]
+        figure["layout"]["meta"] = {"empty": message}
+    return figure
+
+
+def _utc_text(timestamp: float) -> str:
+    """Epoch seconds as Plotly reads a date (it ignores time zones): UTC, no offset."""
+    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+class _RunAxis:
+    """Where runs and the boundaries between them go on the chosen x axis."""
+
+    def __init__(self, points: Sequence[Mapping[str, Any]], mode: str) -> None:
+        self.points = points
+        self.mode = mode
+
+    def at(self, index: int) -> Any:
+        return _utc_text(self.points[index]["timestamp"]) if self.mode == "date" else index
+
+    def before(self, index: int) -> Any:
+        """Between run `index - 1` and run `index`: where a change point's line goes."""
+        if self.mode != "date":
+            return index - 0.5
+        return _utc_text(
+            (self.points[index - 1]["timestamp"] + self.points[index]["timestamp"]) / 2
+        )
+
+    def layout(self) -> dict[str, Any]:
+        axis: dict[str, Any] = {"title": {"text": _X_TITLES[self.mode]}, "automargin": True,
+                                "zeroline": False}  # fmt: skip
+        if self.mode == "date":
+            axis["type"] = "date"
+        elif self.mode == "commit":
+            step = max(1, math.ceil(len(self.points) / _COMMIT_TICKS))
+            ticks = list(range(0, len(self.points), step))
+            axis |= {
+                "tickmode": "array",
+                "tickvals": ticks,
+                "ticktext": [short_commit(self.points[i]["commit"]) or "—" for i in ticks],
+                "tickangle": -30,
+            }
+        return axis
+
+
+def series_figure(detail: Mapping[str, Any], x_axis: str = "run") -> dict[str, Any]:
     """The metric over runs: points, mean ± stddev band per segment, change points marked.
 
-    Hover on a run shows its run id, commit and time; the x axis is the run's
-    position in the series (what change point indices refer to).
+    Hover on a run shows its position, run id, commit and time. `x_axis` is one
+    of X_AXES: the run's position in the series (what change point indices refer
+    to), its date, or its commit (runs stay in series order, labelled by commit).
     """
     points = detail["points"]
-    indices = list(range(len(points)))
+    axis = _RunAxis(points, x_axis)
     values = [p["value"] for p in points]
     data: list[dict[str, Any]] = []
     for i, segment in enumerate(detail["segments"]):
         first, last = segment["start"], segment["stop"] - 1
         low, high = segment["mean"] - segment["stddev"], segment["mean"] + segment["stddev"]
         label = f"runs {first}–{last}: mean {segment['mean']:.6g} ± {segment['stddev']:.3g}"
+        xs = [axis.at(first), axis.at(last)]
         data.append(
             {
                 "type": "scatter",
-                "x": [first, last, last, first, first],
+                "x": [xs[0], xs[1], xs[1], xs[0], xs[0]],
                 "y": [low, low, high, high, low],
                 "fill": "toself",
                 "fillcolor": "rgba(31,119,180,0.12)",
@@ -87,7 +156,7 @@ def series_figure(detail: Mapping[str, Any]) -> dict[str, Any]:
         data.append(
             {
                 "type": "scatter",
-                "x": [first, last],
+                "x": xs,
                 "y": [segment["mean"], segment["mean"]],
                 "mode": "lines",
                 "line": {"color": "#444", "dash": "dash", "width": 1.5},
@@ -101,18 +170,19 @@ def series_figure(detail: Mapping[str, Any]) -> dict[str, Any]:
     data.append(
         {
             "type": "scatter",
-            "x": indices,
+            "x": [axis.at(i) for i in range(len(points))],
             "y": values,
             "mode": "lines+markers",
             "name": detail["metric"],
             "line": {"color": _SERIES_COLOUR, "width": 1},
             "marker": {"size": 5, "color": _SERIES_COLOUR},
             "customdata": [
-                [p["run_id"], short_commit(p["commit"]), p["time"] or ""] for p in points
+                [i, p["run_id"], short_commit(p["commit"]), p["time"] or ""]
+                for i, p in enumerate(points)
             ],
             "hovertemplate": (
-                "run %{x}: %{y}<br>run id %{customdata[0]}<br>commit %{customdata[1]}"
-                "<br>%{customdata[2]}<extra></extra>"
+                "run %{customdata[0]}: %{y}<br>run id %{customdata[1]}"
+                "<br>commit %{customdata[2]}<br>%{customdata[3]}<extra></extra>"
             ),
             "meta": {"role": "runs"},
         }
@@ -122,7 +192,7 @@ def series_figure(detail: Mapping[str, Any]) -> dict[str, Any]:
         data.append(
             {
                 "type": "scatter",
-                "x": [cp["index"] for cp in change_points],
+                "x": [axis.at(cp["index"]) for cp in change_points],
                 "y": [values[cp["index"]] for cp in change_points],
                 "mode": "markers",
                 "name": "change point",
@@ -142,11 +212,12 @@ def series_figure(detail: Mapping[str, Any]) -> dict[str, Any]:
                         cp["mean_before"],
                         cp["mean_after"],
                         cp["direction"],
+                        cp["index"],
                     ]
                     for cp in change_points
                 ],
                 "hovertemplate": (
-                    "<b>%{customdata[7]}</b> at run %{x}: %{customdata[3]:+.2f}%<br>"
+                    "<b>%{customdata[7]}</b> at run %{customdata[8]}: %{customdata[3]:+.1f}%<br>"
                     "mean %{customdata[5]:.6g} → %{customdata[6]:.6g}, p=%{customdata[4]:.2g}"
                     "<br>run id %{customdata[0]}<br>commit %{customdata[1]}<br>%{customdata[2]}"
                     "<extra></extra>"
@@ -159,8 +230,8 @@ def series_figure(detail: Mapping[str, Any]) -> dict[str, Any]:
             "type": "line",
             "xref": "x",
             "yref": "paper",
-            "x0": cp["index"] - 0.5,
-            "x1": cp["index"] - 0.5,
+            "x0": axis.before(cp["index"]),
+            "x1": axis.before(cp["index"]),
             "y0": 0,
             "y1": 1,
             "line": {"color": direction_colour(cp["direction"]), "width": 2},
@@ -169,7 +240,7 @@ def series_figure(detail: Mapping[str, Any]) -> dict[str, Any]:
     ]
     annotations = [
         {
-            "x": cp["index"] - 0.5,
+            "x": axis.before(cp["index"]),
             "y": 1,
             "xref": "x",
             "yref": "paper",
@@ -182,16 +253,15 @@ def series_figure(detail: Mapping[str, Any]) -> dict[str, Any]:
     ]
     attributes = " ".join(f"{k}={v}" for k, v in detail["attributes"].items())
     title = f"{detail['test']} · {detail['metric']}" + (f" [{attributes}]" if attributes else "")
-    return {
-        "data": data,
-        "layout": _layout(
-            title,
-            "run (position in the series)",
-            detail["metric"],
-            shapes=shapes,
-            annotations=annotations,
-        ),
-    }
+    layout = _layout(
+        title,
+        _X_TITLES[x_axis],
+        value_title(detail["metric"], detail.get("unit")),
+        shapes=shapes,
+        annotations=annotations,
+    )
+    layout["xaxis"] = axis.layout()
+    return {"data": data, "layout": layout}
 
 
 def _cluster_label(cluster: Mapping[str, Any]) -> str:
@@ -336,14 +406,26 @@ def inputs_figure(
     }
 
 
+def _units_title(metric: str, lines: Sequence[Mapping[str, Any]]) -> str:
+    """A value axis title: the unit the lines share, else a pointer to the legend."""
+    units = {line["unit"] for line in lines}
+    if len(units) > 1:
+        return f"{metric} (units differ: see legend)"
+    return value_title(metric, next(iter(units), None))
+
+
 def resources_figures(resources: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per-test time and memory over commits, and the suite's total time per commit."""
+    """Per-test time and memory over commits, and the suite's total time per commit
+    (one bar series per unit: values in different units are not added together)."""
 
     def lines(role: str) -> list[dict[str, Any]]:
+        mixed = len({line["unit"] for line in resources[role]}) > 1
         traces = []
         for line in resources[role]:
             attributes = " ".join(f"{k}={v}" for k, v in line["attributes"].items())
             name = line["test"] + (f" [{attributes}]" if attributes else "")
+            if mixed:
+                name += f" ({line['unit'] or 'no unit'})"
             traces.append(
                 {
                     "type": "scatter",
@@ -369,40 +451,51 @@ def resources_figures(resources: Mapping[str, Any]) -> dict[str, dict[str, Any]]
             "type": "category",
             "categoryorder": "array",
             "categoryarray": sorted(first_seen, key=lambda label: first_seen[label]),
-            "title": {"text": "commit"},
+            "title": {"text": "commit (in order of first run)"},
             "automargin": True,
         }
 
-    time_metric = resources.get("time_metric") or "time"
-    memory_metric = resources.get("memory_metric") or "memory"
-    category_axis = {"type": "category", "title": {"text": "commit"}, "automargin": True}
+    def per_test(role: str, heading: str) -> dict[str, Any]:
+        metric = resources.get(f"{role}_metric")
+        title = metric or f"no {role} metric"
+        figure = {
+            "data": lines(role),
+            "layout": _layout(
+                f"{heading} per test ({title})", "commit", _units_title(title, resources[role])
+            )
+            | {"xaxis": commit_axis(role)},
+        }
+        return no_data(figure, f"No runs of {metric}" if metric else f"No {role}-like metric")
 
     totals = resources["totals"]
+    units = sorted({t["unit"] for t in totals}, key=lambda unit: unit or "")
+    total_bars = [
+        {
+            "type": "bar",
+            "name": f"suite total ({unit or 'no unit'})" if len(units) > 1 else "suite total",
+            "x": [short_commit(t["commit"]) for t in totals if t["unit"] == unit],
+            "y": [t["total"] for t in totals if t["unit"] == unit],
+            "customdata": [len(t["tests"]) for t in totals if t["unit"] == unit],
+            "hovertemplate": "commit %{x}: %{y:.6g} over %{customdata} test(s)<extra></extra>",
+            "meta": {"unit": unit},
+        }
+        for unit in units
+    ]
+    time_title = resources.get("time_metric") or "no time metric"
     return {
-        "time": {
-            "data": lines("time"),
-            "layout": _layout(f"Execution time per test ({time_metric})", "commit", time_metric)
-            | {"xaxis": commit_axis("time")},
-        },
-        "memory": {
-            "data": lines("memory"),
-            "layout": _layout(f"Memory per test ({memory_metric})", "commit", memory_metric)
-            | {"xaxis": commit_axis("memory")},
-        },
-        "total": {
-            "data": [
-                {
-                    "type": "bar",
-                    "name": "suite total",
-                    "x": [short_commit(t["commit"]) for t in totals],
-                    "y": [t["total"] for t in totals],
-                    "customdata": [t["tests"] for t in totals],
-                    "hovertemplate": "commit %{x}: %{y:.6g} over %{customdata} test(s)"
-                    "<extra></extra>",
-                    "marker": {"color": _SERIES_COLOUR},
-                }
-            ],
-            "layout": _layout(f"Suite total ({time_metric})", "commit", time_metric)
-            | {"xaxis": category_axis},
-        },
+        "time": per_test("time", "Execution time"),
+        "memory": per_test("memory", "Memory"),
+        "total": no_data(
+            {
+                "data": total_bars,
+                "layout": _layout(
+                    f"Suite total per commit ({time_title})",
+                    "commit",
+                    _units_title(time_title, resources["time"]),
+                    barmode="group",
+                )
+                | {"xaxis": commit_axis("time")},
+            },
+            "No time metric to total",
+        ),
     }

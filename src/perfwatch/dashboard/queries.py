@@ -1,10 +1,9 @@
 """Read-side queries behind the dashboard, built on the state store's public interface.
 
 The processor writes; these functions only read, and return JSON-ready
-dictionaries so the web layer has nothing left to compute. A series' status is
-the direction of its latest change point (the one at the highest run index)
-among the change points the processor currently believes in: "regression",
-"improvement", "changed" (metric direction unknown) or "stable" (none).
+dictionaries so the web layer has nothing left to compute. A series' change
+points, episodes and status come from its stored history (`analysis`), not from
+the numbers its verdicts carried when they were published.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import fnmatch
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,9 +18,11 @@ import orjson
 
 from perfwatch.adapters.verdict_feed import summary_fields
 from perfwatch.contract.models import InputProfile
+from perfwatch.dashboard.analysis import ChangePointAnalysis, episodes, status_of
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
 from perfwatch.detectors.inputs import InputClustering, input_table
 from perfwatch.processor.handlers import baseline_key
+from perfwatch.processor.metric_info import METRIC_INFO_NAMESPACE, stored_info
 from perfwatch.processor.recommendations import INPUT_BASELINE_NAMESPACE
 from perfwatch.state import OutboxEntry, Point, SeriesKey, StateStore
 
@@ -41,13 +41,7 @@ TIME_METRIC_GLOBS = (
 MEMORY_METRIC_GLOBS = ("*peak_memory*", "*memory*", "*rss*", "*_bytes", "*_mb")
 
 
-def status_of(change_points: Sequence[Mapping[str, Any]]) -> str:
-    """The series' status from its current change points (see the module docstring)."""
-    if not change_points:
-        return "stable"
-    latest = max(change_points, key=lambda cp: int(cp["index"]))
-    direction = latest.get("direction")
-    return direction if direction in ("regression", "improvement") else "changed"
+CHANGE_POINT_KINDS = ("change_point.detected", "change_point.updated", "change_point.retracted")
 
 
 def parse_series_key(text: str) -> SeriesKey:
@@ -74,28 +68,74 @@ def _point_dict(point: Point) -> dict[str, Any]:
     }
 
 
-def series_summary(store: StateStore, key: SeriesKey) -> dict[str, Any]:
-    """One row of the overview: identity, size, latest run and status."""
+def _evidence_blocks(store: StateStore, key: SeriesKey) -> list[dict[str, Any]]:
+    """The change-point evidence of the series' verdicts, oldest first."""
+    blocks = []
+    for entry in store.verdicts(series_key=key):
+        if entry.kind in CHANGE_POINT_KINDS:
+            document = decode_document(entry)
+            for name in ("change_point", "previous"):
+                if isinstance(document.get(name), dict):
+                    blocks.append(document[name])
+    return blocks
+
+
+def metric_info(store: StateStore, key: SeriesKey) -> dict[str, Any]:
+    """The unit and direction the series' records declared last (None when not declared)."""
+    stored = store.get_blob(METRIC_INFO_NAMESPACE, key.canonical)
+    return stored_info(stored)
+
+
+def _analysed(
+    store: StateStore, key: SeriesKey, analysis: ChangePointAnalysis
+) -> tuple[list[Point], list[dict[str, Any]], dict[str, Any]]:
+    """The series' points, its change points computed from them and its metric's unit
+    and direction."""
     points = store.series_points(key)
-    change_points = store.published_change_points(key)
-    latest_change = max(change_points, key=lambda cp: int(cp["index"])) if change_points else None
+    info = metric_info(store, key)
+    change_points = analysis.change_points(key, points, None)
+    if change_points:  # the direction only matters when there is a change to label
+        evidence = [] if info["direction"] else _evidence_blocks(store, key)
+        info["direction"] = analysis.direction_for(key.metric, info["direction"], evidence)
+        change_points = analysis.change_points(key, points, info["direction"])
+    return points, change_points, info
+
+
+def _summary(
+    key: SeriesKey,
+    points: Sequence[Point],
+    change_points: Sequence[Mapping[str, Any]],
+    info: Mapping[str, Any],
+) -> dict[str, Any]:
+    series_episodes = episodes(change_points)
+    status, episode = status_of(series_episodes)
     latest = points[-1] if points else None
     return {
         "key": key.canonical,
         "test": key.test,
         "metric": key.metric,
         "attributes": dict(key.attributes),
+        "unit": info["unit"],
+        "direction": info["direction"],
         "runs": len(points),
         "latest": None if latest is None else _point_dict(latest),
-        "status": status_of(change_points),
+        "status": status,
+        "status_episode": episode,
+        "episodes": series_episodes,
         "change_points": len(change_points),
-        "latest_change": latest_change,
     }
 
 
-def list_series(store: StateStore) -> list[dict[str, Any]]:
+def series_summary(
+    store: StateStore, key: SeriesKey, analysis: ChangePointAnalysis
+) -> dict[str, Any]:
+    """One row of the overview: identity, size, latest run, status and its episode."""
+    return _summary(key, *_analysed(store, key, analysis))
+
+
+def list_series(store: StateStore, analysis: ChangePointAnalysis) -> list[dict[str, Any]]:
     """Every series with its status, in key order."""
-    return [series_summary(store, key) for key in store.series_keys()]
+    return [series_summary(store, key, analysis) for key in store.series_keys()]
 
 
 def decode_document(entry: OutboxEntry) -> dict[str, Any]:
@@ -177,42 +217,38 @@ def verdicts_after(store: StateStore, seq: int) -> list[OutboxEntry]:
     return [entry for entry in store.verdicts() if entry.seq > seq]
 
 
-@dataclass(frozen=True)
-class Segment:
-    """Runs [start, stop) between two change points and their statistics."""
-
-    start: int
-    stop: int
-    mean: float
-    stddev: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"start": self.start, "stop": self.stop, "mean": self.mean, "stddev": self.stddev}
-
-
-def segments(values: Sequence[float], change_indices: Sequence[int]) -> list[Segment]:
-    """Split `values` at the change points (each index starts a segment)."""
-    bounds = [0, *sorted(i for i in change_indices if 0 < i < len(values)), len(values)]
-    result = []
-    for start, stop in itertools.pairwise(bounds):
-        if stop > start:
-            chunk = np.asarray(values[start:stop], dtype=np.float64)
-            result.append(Segment(start, stop, float(chunk.mean()), float(chunk.std())))
-    return result
+def segments(
+    points: Sequence[Point], change_points: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The runs between change points with their mean and stddev: the change points' own
+    numbers (the detector's segment statistics), or the whole series' without one."""
+    if not change_points:
+        values = np.array([point.value for point in points], dtype=np.float64)
+        return [{"start": 0, "stop": len(values), "mean": float(values.mean()),
+                 "stddev": float(values.std())}]  # fmt: skip
+    bounds = [0, *(int(cp["index"]) for cp in change_points), len(points)]
+    stats = [(cp["mean_before"], cp["stddev_before"]) for cp in change_points]
+    stats.append((change_points[-1]["mean_after"], change_points[-1]["stddev_after"]))
+    return [
+        {"start": start, "stop": stop, "mean": mean, "stddev": stddev}
+        for (start, stop), (mean, stddev) in zip(itertools.pairwise(bounds), stats, strict=True)
+    ]
 
 
-def series_detail(store: StateStore, key: SeriesKey) -> dict[str, Any] | None:
-    """Points, change points, segment statistics and verdict history of one series."""
-    points = store.series_points(key)
+def series_detail(
+    store: StateStore, key: SeriesKey, analysis: ChangePointAnalysis
+) -> dict[str, Any] | None:
+    """Points, change points, segments, episodes and verdict history of one series."""
+    points, change_points, info = _analysed(store, key, analysis)
     if not points:
         return None
-    change_points = sorted(store.published_change_points(key), key=lambda cp: int(cp["index"]))
-    values = [point.value for point in points]
+    params = analysis.params_for(key)
     return {
-        **series_summary(store, key),
+        **_summary(key, points, change_points, info),
         "points": [_point_dict(point) for point in points],
         "change_point_list": change_points,
-        "segments": [s.to_dict() for s in segments(values, [cp["index"] for cp in change_points])],
+        "segments": segments(points, change_points),
+        "parameters": params.to_dict(),
         "verdicts": verdict_feed(store, series_key=key, limit=10_000),
     }
 
@@ -234,7 +270,9 @@ def resources_over_commits(
 
     Without explicit metrics, the first time-like and memory-like metric names
     are used. Each test contributes one line per metric: its runs in time order,
-    labelled by commit. `totals` sums the time metric over tests per commit.
+    labelled by commit, with the unit its records declare. `totals` sums the
+    time metric over tests per commit and unit: values in different units are
+    never added together.
     """
     keys = store.series_keys()
     metrics = sorted({key.metric for key in keys})
@@ -255,6 +293,7 @@ def resources_over_commits(
                     "key": key.canonical,
                     "test": key.test,
                     "attributes": dict(key.attributes),
+                    "unit": metric_info(store, key)["unit"],
                     "points": [_point_dict(point) for point in points],
                 }
             )
@@ -265,33 +304,80 @@ def resources_over_commits(
         "time": lines["time"],
         "memory": lines["memory"],
         "totals": _totals_by_commit(lines["time"]),
+        "note": _resources_note(metrics, time_metric, memory_metric, lines["time"]),
     }
 
 
+def _resources_note(
+    metrics: Sequence[str],
+    time_metric: str | None,
+    memory_metric: str | None,
+    time_lines: Sequence[Mapping[str, Any]],
+) -> str:
+    """What the view cannot show, said in words."""
+    if not metrics:
+        return "No series yet: nothing to show."
+    notes = []
+    if time_metric is None:
+        notes.append("No time-like metric name (choose one above).")
+    if memory_metric is None:
+        notes.append("No memory-like metric name (choose one above).")
+    units = sorted({str(line["unit"]) for line in time_lines})
+    if len(units) > 1:
+        notes.append(
+            f"Tests report {time_metric} in different units ({', '.join(units)}): "
+            "the suite total is shown per unit."
+        )
+    return " ".join(notes)
+
+
 def _totals_by_commit(lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Sum of each commit's values over tests, commits ordered by their earliest run."""
-    totals: dict[str, dict[str, Any]] = {}
+    """Per unit, the sum of each commit's values over tests, commits ordered by their
+    earliest run; `tests` names the tests summed."""
+    totals: dict[tuple[str | None, str], dict[str, Any]] = {}
     for line in lines:
         for point in line["points"]:
             commit = point["commit"] or point["run_id"]
             entry = totals.setdefault(
-                commit,
-                {"commit": commit, "total": 0.0, "tests": 0, "timestamp": point["timestamp"]},
-            )
+                (line["unit"], commit),
+                {"commit": commit, "unit": line["unit"], "total": 0.0, "tests": [],
+                 "timestamp": point["timestamp"]},
+            )  # fmt: skip
             entry["total"] += point["value"]
-            entry["tests"] += 1
+            entry["tests"].append(line["test"])
             entry["timestamp"] = min(entry["timestamp"], point["timestamp"])
     return sorted(totals.values(), key=lambda entry: entry["timestamp"])
 
 
+def run_points(store: StateStore, test: str, attributes: Mapping[str, str]) -> dict[str, Point]:
+    """A test's runs by run id, as its series stored them (a run with no metric is absent)."""
+    wanted = tuple(sorted(attributes.items()))
+    runs: dict[str, Point] = {}
+    for key in store.series_keys():
+        if key.test == test and key.attributes == wanted:
+            for point in store.series_points(key):
+                runs.setdefault(point.run_id, point)
+    return runs
+
+
 def counter_checks(store: StateStore, test: str | None = None) -> list[dict[str, Any]]:
-    """Counter-check verdicts (regressions and passes), newest first, optionally of one test."""
+    """Counter-check verdicts (regressions and passes), newest first, optionally of one test;
+    each with `run`, the checked run's own time and commit (None when the store has no
+    metric of that run)."""
     items = []
+    known: dict[str, dict[str, Point]] = {}
     for entry in reversed(list(store.verdicts())):
         if entry.kind not in COUNTER_KINDS:
             continue
         item = feed_item(entry)
         if test is None or item["facts"]["test"] == test:
+            series = item["verdict"].get("series") or {}
+            attributes = series.get("attributes") or {}
+            test_key = SeriesKey.of(item["facts"]["test"], "", attributes).canonical
+            if test_key not in known:
+                known[test_key] = run_points(store, item["facts"]["test"], attributes)
+            point = known[test_key].get(item["verdict"].get("record_run_id", ""))
+            item["run"] = None if point is None else _point_dict(point)
             items.append(item)
     return items
 

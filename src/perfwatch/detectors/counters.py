@@ -53,7 +53,7 @@ from perfwatch.detectors.counter_steps import (
     ks_statistics,
     merge_singletons,
     pairwise_redundancy,
-    percentage_error,
+    percentage_errors,
     redundancy_analysis,
     shrink_correlation,
     standardize,
@@ -380,6 +380,10 @@ class CounterRegressionCheck(BaseEstimator):
     look_first: how many counters the result names to look at first.
     """
 
+    # runs already prepared, shared by the fits of one calibration (not a parameter)
+    _prepared_runs: dict[tuple[int, tuple[str, ...]], tuple[CounterSamples, _PreparedRun]] | None
+    _prepared_runs = None
+
     def __init__(
         self,
         *,
@@ -489,9 +493,11 @@ class CounterRegressionCheck(BaseEstimator):
         complete = np.vstack([run.sample_observed for run in runs])[:, analysed].all(axis=1)
         # identities hold on real samples; interpolated gaps would blur them
         exact_rows = samples[complete] if complete.mean() >= 0.5 else samples
-        analysed, identities = self._collapse_identities(exact_rows, analysed, names)
+        pooled = _Correlations(samples, analysed)
+        identity_rows = pooled if exact_rows is samples else _Correlations(exact_rows, analysed)
+        analysed, identities = self._collapse_identities(identity_rows, analysed, names)
         removed += identities
-        kept, redundant = self._remove_redundant(samples, analysed, names)
+        kept, redundant = self._remove_redundant(pooled, analysed, names)
         removed += redundant
 
         correlation = correlation_matrix(blocks[:, kept]) if kept.size else np.zeros((0, 0))
@@ -529,22 +535,22 @@ class CounterRegressionCheck(BaseEstimator):
         return self
 
     def _collapse_identities(
-        self, samples: np.ndarray, analysed: np.ndarray, names: list[str]
+        self, samples: _Correlations, analysed: np.ndarray, names: list[str]
     ) -> tuple[np.ndarray, list[RemovedCounter]]:
-        observations = samples.shape[0]
+        observations = samples.observations
         if self.identity_r2 is None or analysed.size < 2 or observations <= analysed.size + 1:
             return analysed, []
-        correlation = shrink_correlation(correlation_matrix(samples[:, analysed]), _MIN_RIDGE)
+        correlation = shrink_correlation(samples.of(analysed), _MIN_RIDGE)
         steps = redundancy_analysis(correlation, self.identity_r2, observations=observations)
         removed = [_removal(step, names, analysed, IDENTITY, "a linear identity") for step in steps]
         return np.delete(analysed, [step.index for step in steps]), removed
 
     def _remove_redundant(
-        self, samples: np.ndarray, analysed: np.ndarray, names: list[str]
+        self, samples: _Correlations, analysed: np.ndarray, names: list[str]
     ) -> tuple[np.ndarray, list[RemovedCounter]]:
         if self.redundancy_r2 is None or analysed.size < 2:
             return analysed, []
-        observations = samples.shape[0]
+        observations = samples.observations
         removed: list[RemovedCounter] = []
         amount = self.shrinkage
         if amount is None:
@@ -552,7 +558,7 @@ class CounterRegressionCheck(BaseEstimator):
             if observations <= 2 * analysed.size:
                 # every plain R^2 is inflated here, but one counter predicting another is
                 # still well measured: take those out first, then shrink
-                correlation = correlation_matrix(samples[:, analysed])
+                correlation = samples.of(analysed)
                 twins = pairwise_redundancy(correlation, self.redundancy_r2)
                 removed = [
                     RemovedCounter(
@@ -566,11 +572,10 @@ class CounterRegressionCheck(BaseEstimator):
                     for gone, kept in twins
                 ]
                 analysed = np.delete(analysed, [gone for gone, _ in twins])
-                values = standardize(samples[:, analysed])
+                values = standardize(samples.values[:, analysed])
                 amount = float(ledoit_wolf_shrinkage(values, assume_centered=True))
-        values = samples[:, analysed]
-        observations, counters = values.shape
-        correlation = shrink_correlation(correlation_matrix(values), max(amount, _MIN_RIDGE))
+        counters = analysed.size
+        correlation = shrink_correlation(samples.of(analysed), max(amount, _MIN_RIDGE))
         adjust = amount <= _MIN_RIDGE and observations > counters + 1
         steps = redundancy_analysis(
             correlation, self.redundancy_r2, observations=observations if adjust else None
@@ -803,12 +808,19 @@ class CounterRegressionCheck(BaseEstimator):
         z_base = (base - centre) / scale
         z_target = (np.column_stack([target[n] for n in names]) - centre) / scale
 
-        def inverse_gram(train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            design = np.column_stack([np.ones(int(train.sum())), z_base[train, :width]])
-            return design, np.linalg.pinv(design.T @ design, hermitian=True)
+        # training sets: every baseline run, then each run left out in turn
+        everything = np.ones(z_base.shape[0], dtype=bool)
+        trains = [everything]
+        for run in self._run_slices if len(self._run_slices) > 1 else []:
+            trains.append(everything.copy())
+            trains[-1][run] = False
+        designs = [np.column_stack([np.ones(int(t.sum())), z_base[t, :width]]) for t in trains]
+        # all their inverse Gram matrices in one stacked call: the same matrices as one
+        # call each, without the per-call overhead that dominated many small clusters
+        inverses = np.linalg.pinv(np.stack([d.T @ d for d in designs]), hermitian=True)
 
         # the strongest predictor of each candidate (a design column), from the full fit
-        design, inverse = inverse_gram(np.ones(z_base.shape[0], dtype=bool))
+        design, inverse = designs[0], inverses[0]
         strongest: list[int | None] = []
         for column in columns:
             if column < width:
@@ -821,9 +833,10 @@ class CounterRegressionCheck(BaseEstimator):
             use = self.decouple_strongest and enough
             strongest.append(int(np.argmax(np.abs(beta))) + 1 if use else None)
 
-        def predict(train: np.ndarray, rows: np.ndarray) -> np.ndarray:
-            """(rows, candidates, 2): predictions of the full and the decoupled models."""
-            design, inverse = inverse_gram(train)
+        def predict(fit: int, rows: np.ndarray) -> np.ndarray:
+            """(rows, candidates, 2): predictions of the full and the decoupled models
+            trained on ``trains[fit]``."""
+            train, design, inverse = trains[fit], designs[fit], inverses[fit]
             new = np.column_stack([np.ones(rows.shape[0]), rows[:, :width]])
             projected = new @ inverse
             predicted = np.full((rows.shape[0], len(columns), 2), np.nan)
@@ -845,36 +858,41 @@ class CounterRegressionCheck(BaseEstimator):
                         )
             return predicted * scale[columns][None, :, None] + centre[columns][None, :, None]
 
-        everything = np.ones(z_base.shape[0], dtype=bool)
-        on_target = predict(everything, z_target)
+        on_target = predict(0, z_target)
         if len(self._run_slices) > 1:
-            held_out = []
-            for run in self._run_slices:
-                train = everything.copy()
-                train[run] = False
-                held_out.append((run, predict(train, z_base[run])))
+            held_out = [
+                (run, predict(fit, z_base[run])) for fit, run in enumerate(self._run_slices, 1)
+            ]
         else:
-            held_out = [(slice(None), predict(everything, z_base))]
+            held_out = [(slice(None), predict(0, z_base))]
+        floors = np.array(
+            [self.error_floor * float(np.mean(np.abs(self._baseline[name]))) for name in candidates]
+        )
+
+        def errors(actual: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+            """(candidates, 2): every candidate's error under both models at once."""
+            both = np.repeat(actual[:, :, None], 2, axis=2).reshape(actual.shape[0], -1)
+            flat = percentage_errors(
+                both,
+                predicted.reshape(predicted.shape[0], -1),
+                np.repeat(floors, 2),
+                self.error_trim,
+            )
+            return flat.reshape(len(candidates), 2)
+
+        observed_base = np.column_stack([self._baseline_observed[n] for n in candidates])
+        target_errors = errors(np.column_stack([target_observed[n] for n in candidates]), on_target)
+        held_out_errors = [errors(observed_base[run], predicted) for run, predicted in held_out]
         scores = _Scores(len(candidates))
-        for c, name in enumerate(candidates):
-            floor = self.error_floor * float(np.mean(np.abs(self._baseline[name])))
+        for c in range(len(candidates)):
             decoupled = strongest[c]
             for variant in (0,) if decoupled is None else (0, 1):
-                error = percentage_error(
-                    target_observed[name], on_target[:, c, variant], floor, self.error_trim
-                )
+                error = float(target_errors[c, variant])
                 usual = _usual_error(
                     [
                         e
-                        for run, predicted in held_out
-                        if math.isfinite(
-                            e := percentage_error(
-                                self._baseline_observed[name][run],
-                                predicted[:, c, variant],
-                                floor,
-                                self.error_trim,
-                            )
-                        )
+                        for run_errors in held_out_errors
+                        if math.isfinite(e := float(run_errors[c, variant]))
                     ]
                 )
                 excess = error - (usual if math.isfinite(usual) else 0.0)
@@ -897,9 +915,13 @@ class CounterRegressionCheck(BaseEstimator):
         if len(good_runs) < 2:
             raise ValueError("calibration needs at least two good runs")
         largest: list[float] = []
+        # each run is a baseline run in every fold but its own: prepare it once
+        prepared: dict[tuple[int, tuple[str, ...]], tuple[CounterSamples, _PreparedRun]] = {}
         for held_out, run in enumerate(good_runs):
             others = [r for i, r in enumerate(good_runs) if i != held_out]
-            check = clone(self).fit(others)
+            check = clone(self)
+            check._prepared_runs = prepared
+            check.fit(others)
             largest.append(check.check(run).max_excess_error or 0.0)
         self.calibration_: dict[str, Any] = {
             "runs": [_run_label(run, i) for i, run in enumerate(good_runs)],
@@ -943,8 +965,11 @@ class CounterRegressionCheck(BaseEstimator):
     ) -> tuple[list[str], list[RemovedCounter]]:
         removed = []
         keep = []
-        for name in names:
-            worst = max(float(np.isnan(run.column(name)).mean()) for run in runs)
+        # one pass over each run's matrix, not a column lookup per counter per run
+        missing = np.max(
+            [np.isnan(run.values).mean(axis=0)[_columns(run, names)] for run in runs], axis=0
+        )
+        for name, worst in zip(names, missing.tolist(), strict=True):
             if worst > self.max_missing_fraction:
                 removed.append(
                     RemovedCounter(
@@ -959,7 +984,17 @@ class CounterRegressionCheck(BaseEstimator):
         return keep, removed
 
     def _prepare(self, run: CounterSamples, names: list[str], index: int) -> _PreparedRun:
-        raw = run.values[:, [run.names.index(name) for name in names]]
+        cache = self._prepared_runs
+        key = (id(run), tuple(names))
+        if cache is not None and key in cache and cache[key][0] is run:
+            return cache[key][1]
+        prepared = self._prepare_run(run, names, index)
+        if cache is not None:
+            cache[key] = (run, prepared)
+        return prepared
+
+    def _prepare_run(self, run: CounterSamples, names: list[str], index: int) -> _PreparedRun:
+        raw = run.values[:, _columns(run, names)]
         filled = fill_missing(raw)
         start, end = 0, filled.shape[0]
         if self.steady_state == "auto":
@@ -982,6 +1017,23 @@ class CounterRegressionCheck(BaseEstimator):
             observed=block_means(observed.astype(float), self.block) > 0,
             window=(start, end),
         )
+
+
+class _Correlations:
+    """Correlation matrices of column subsets of one sample matrix: the matrix of the
+    first subset asked for is computed once, later (smaller) subsets are cut from it."""
+
+    def __init__(self, values: np.ndarray, columns: np.ndarray) -> None:
+        self.values = values
+        self.observations = values.shape[0]
+        self._columns = columns
+        self._matrix: np.ndarray | None = None
+
+    def of(self, columns: np.ndarray) -> np.ndarray:
+        if self._matrix is None:
+            self._matrix = correlation_matrix(self.values[:, self._columns])
+        position = np.searchsorted(self._columns, columns)
+        return self._matrix[np.ix_(position, position)]
 
 
 def _drop_run_identities(
@@ -1025,11 +1077,20 @@ def _r2_on_index(values: np.ndarray) -> np.ndarray:
     return np.where(spread > 0, correlation**2, 0.0)
 
 
+def _columns(run: CounterSamples, names: list[str]) -> np.ndarray:
+    """The column of each name in ``run`` (a dict lookup each, not a list search)."""
+    position = {name: i for i, name in enumerate(run.names)}
+    return np.array([position[name] for name in names], dtype=np.intp)
+
+
 def _removal(
     step: RedundancyStep, names: list[str], analysed: np.ndarray, reason: str, kind: str
 ) -> RemovedCounter:
-    strongest = sorted(step.coefficients.items(), key=lambda item: (-abs(item[1]), item[0]))
-    explained_by = {names[analysed[i]]: beta for i, beta in strongest[:3]}
+    # the three largest |beta| (ties: lower index) without sorting a thousand Python pairs
+    indices = np.fromiter(step.coefficients, dtype=np.int64, count=len(step.coefficients))
+    betas = np.fromiter(step.coefficients.values(), dtype=np.float64, count=indices.size)
+    strongest = np.lexsort((indices, -np.abs(betas)))[:3]
+    explained_by = {names[analysed[indices[i]]]: float(betas[i]) for i in strongest}
     return RemovedCounter(
         names[analysed[step.index]],
         reason,

@@ -55,9 +55,16 @@ def record_baseline(record: Record, identifying: tuple[str, ...]) -> tuple[str, 
 
 def build_handlers(config: Config) -> list[RecordHandler]:
     """Every handler a processor runs, in order: the counter check comes after the
-    change points, whose regression verdicts keep a run out of its baseline."""
+    change points, whose regression verdicts keep a run out of its baseline; the
+    metrics' units and directions are kept under the change-point handler's series locks."""
     from perfwatch.processor.changepoints import ChangePointHandler
     from perfwatch.processor.counterchecks import CounterCheckHandler
+    from perfwatch.processor.metric_info import MetricInfoHandler
     from perfwatch.processor.recommendations import InputsHandler
 
-    return [ChangePointHandler(config), InputsHandler(config), CounterCheckHandler(config)]
+    return [
+        ChangePointHandler(config),
+        MetricInfoHandler(config),
+        InputsHandler(config),
+        CounterCheckHandler(config),
+    ]

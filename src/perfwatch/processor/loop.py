@@ -12,8 +12,12 @@ Bad input (undecodable, invalid JSON, schema, non-finite, oversized, unknown
 version) goes to the dead-letter sink at once with the reason in properties.
 A valid record whose processing raises is negatively acknowledged (redelivered
 later) and dead-lettered with its traceback once its redelivery count reaches
-`max_redeliveries`. A store that cannot be reached stops the processor
-instead: no record is dead-lettered for an outage.
+`max_redeliveries`. A record whose run id is stored already with other
+values is dead-lettered as a run conflict naming both. A store that cannot be
+reached stops the processor instead: no record is dead-lettered for an outage.
+A broker that cannot be reached never stops it: the batch in hand is
+negatively acknowledged, its verdicts stay in the outbox, and the processor
+waits (doubling the wait up to `MAX_BACKOFF_S`) before trying again.
 
 The processor reaches the broker only through the ports of
 `perfwatch.processor.ports`.
@@ -25,7 +29,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -37,6 +41,7 @@ from perfwatch.processor.handlers import RecordHandler, build_handlers
 from perfwatch.processor.observability import ProcessorMetrics
 from perfwatch.processor.outbox import OutboxRelay, PublishError
 from perfwatch.processor.ports import (
+    BrokerUnavailable,
     DeadLetterSink,
     InboundMessage,
     PublisherBusy,
@@ -44,11 +49,14 @@ from perfwatch.processor.ports import (
     VerdictPublisher,
     VerdictSink,
 )
-from perfwatch.state import OutboxEntry, SeriesKey, StateStore, StoreUnavailable
+from perfwatch.state import OutboxEntry, RunConflict, SeriesKey, StateStore, StoreUnavailable
 
 log = logging.getLogger("perfwatch.processor")
 
 PROCESSING_ERROR = "processing_error"
+RUN_CONFLICT = "run_conflict"
+FIRST_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 30.0
 _MAX_PROPERTY_CHARS = 8192
 _HOUSEKEEPING_INTERVAL_S = 5.0
 
@@ -86,6 +94,9 @@ class Processor:
         self._publisher: VerdictPublisher | None = None
         self._next_housekeeping = 0.0
         self._outbox_dirty = False  # a publication failed: the outbox has leftovers
+        self._backoff_s = 0.0  # the current wait after a broker failure (0: none)
+        self._resume_at = 0.0  # monotonic time before which the broker is left alone
+        self._settled: set[str] = set()  # ids of the batch's messages acked or nacked
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -99,6 +110,7 @@ class Processor:
                 f"another processor named {self.name!r} is connected to "
                 f"{self.config.topics.verdicts}; give each processor its own consumer name"
             ) from None
+        self._outbox_dirty = True  # what recovery could not publish goes first
         self._dead_letters.open()
         self._records.open()
         log.info(
@@ -112,10 +124,25 @@ class Processor:
         )
 
     def run(self, stop: threading.Event) -> None:
-        """Process batches until `stop` is set, then finish the batch in hand and close."""
-        self.start()
+        """Process batches until `stop` is set, then finish the batch in hand and close.
+
+        A broker that cannot be reached at the start is waited for, as during the run."""
+        while not stop.is_set():
+            try:
+                self.start()
+                break
+            except BrokerUnavailable as err:
+                self._close_ports()
+                self._back_off("starting", err)
+                stop.wait(self._backoff_s)
+        else:  # stopped before the broker answered
+            return
         try:
             while not stop.is_set():
+                wait = self._resume_at - time.monotonic()
+                if wait > 0:
+                    stop.wait(wait)
+                    continue
                 self.poll_once()
                 self._housekeeping()
         finally:
@@ -123,6 +150,10 @@ class Processor:
 
     def close(self) -> None:
         """Close the publishers and the source (unacknowledged messages are redelivered)."""
+        self._close_ports()
+        log.info("processor stopped", extra={"consumer": self.name})
+
+    def _close_ports(self) -> None:
         for port in (self._publisher, self._dead_letters, self._records):
             if port is None:
                 continue
@@ -131,7 +162,6 @@ class Processor:
             except Exception as err:  # closing the others matters more
                 log.warning("closing a connection failed", extra={"error": str(err)})
         self._publisher = None
-        log.info("processor stopped", extra={"consumer": self.name})
 
     def adopt_orphans(self) -> None:
         """Publish verdicts other processors committed but never published (they died)."""
@@ -143,17 +173,25 @@ class Processor:
     def poll_once(self) -> int:
         """Receive and process one batch; the number of messages handled."""
         assert self._publisher is not None, "start() first"
-        messages = self._records.receive_batch()
+        if self._outbox_dirty:  # earlier verdicts go out first, in order
+            try:
+                self.outbox.publish_outbox(self.name, self._publisher)
+            except (PublishError, BrokerUnavailable) as err:
+                self._back_off("publishing the outbox", err)
+                return 0
+            self._outbox_dirty = False
+            self._backoff_s = 0.0
+        try:
+            messages = self._records.receive_batch()
+        except BrokerUnavailable as err:
+            self._back_off("receiving records", err)
+            return 0
         if not messages:
             return 0
         received = time.monotonic()
+        self._settled = set()
         valid: list[InboundMessage] = []
-        unsettled: Sequence[InboundMessage] = messages  # none is settled before processing
         try:
-            if self._outbox_dirty:  # earlier verdicts go out first, in order
-                self.outbox.publish_outbox(self.name, self._publisher)
-                self._outbox_dirty = False
-            unsettled = valid
             parsed = []
             for message in messages:
                 if message.redelivery_count > 0:
@@ -169,20 +207,44 @@ class Processor:
                 for entry in queued:
                     published_ms[entry.verdict_id] = message.publish_time_ms
             self.outbox.publish(self.name, self._publisher, entries, published_ms)
-        except PublishError as err:
+            for message in valid:
+                self._settle(message, self._records.acknowledge)
+        except (PublishError, BrokerUnavailable) as err:
             # The state is committed; redelivered records change nothing and are
             # acknowledged once the outbox has been published.
             self._outbox_dirty = True
-            log.error("publishing verdicts failed", extra={"error": str(err)})
-            for message in unsettled:
-                self._records.negative_acknowledge(message)
+            self._back_off("handling a batch", err)
+            self._negative_acknowledge_unsettled(messages)
             return len(messages)
-        for message in valid:
-            self._records.acknowledge(message)
+        self._backoff_s = 0.0
         elapsed = time.monotonic() - received
         for _ in messages:
             self.metrics.latency.observe(elapsed)
         return len(messages)
+
+    def _settle(self, message: InboundMessage, how: Callable[[InboundMessage], None]) -> None:
+        """Acknowledge or negatively acknowledge, remembering the message is settled."""
+        how(message)
+        self._settled.add(message.message_id)
+
+    def _negative_acknowledge_unsettled(self, messages: Sequence[InboundMessage]) -> None:
+        for message in messages:
+            if message.message_id in self._settled:
+                continue
+            try:
+                self._settle(message, self._records.negative_acknowledge)
+            except BrokerUnavailable:
+                return  # unacknowledged, they are redelivered once the connection is back
+
+    def _back_off(self, doing: str, err: Exception) -> None:
+        """Leave the broker alone for a while, longer after each failure in a row."""
+        self._backoff_s = min(max(2 * self._backoff_s, FIRST_BACKOFF_S), MAX_BACKOFF_S)
+        self._resume_at = time.monotonic() + self._backoff_s
+        self.metrics.broker_failures.inc()
+        log.error(
+            "the broker failed; retrying later",
+            extra={"doing": doing, "error": str(err), "retry_in_s": self._backoff_s},
+        )
 
     def _parse(self, message: InboundMessage) -> Record | None:
         """The message's record, or None once a bad one has been dead-lettered."""
@@ -218,6 +280,8 @@ class Processor:
                 committed += self._commit([(message, record)])
             except StoreUnavailable:
                 raise
+            except RunConflict as conflict:  # at odds with a stored run: retrying cannot help
+                self._dead_letter(message, RUN_CONFLICT, conflict.path, str(conflict))
             except Exception as err:
                 self._hold_back(message, err, traceback.format_exc())
         return committed
@@ -265,7 +329,7 @@ class Processor:
                 "error": f"{type(err).__name__}: {err}",
             },
         )
-        self._records.negative_acknowledge(message)
+        self._settle(message, self._records.negative_acknowledge)
 
     def _outbox_entry(self, verdict: Verdict, partition_key: str) -> OutboxEntry:
         series = verdict.series
@@ -304,7 +368,7 @@ class Processor:
         if trace:
             properties["perfwatch.error.traceback"] = _clip(trace)
         self._dead_letters.send(message.payload, key=message.key, properties=properties)
-        self._records.acknowledge(message)
+        self._settle(message, self._records.acknowledge)
         self.metrics.dead_lettered.labels(reason).inc()
         log.warning(
             "record dead-lettered",

@@ -14,7 +14,9 @@ They keep the broker semantics the exactly-once argument relies on:
   that last one, as Pulsar's broker deduplication does; without it, every send
   is stored and `last_sequence_id` is -1, as on pulsar-lite;
 - a verdict is stored when it is sent; its receipt is handed out by
-  `await_receipts`.
+  `await_receipts`;
+- a topic whose `unreachable` is set stands for a broker that does not answer:
+  its calls raise BrokerUnavailable (a timeout) and what was sent to it is lost.
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from perfwatch.processor.ports import InboundMessage, PublisherBusy, Receipt
+from perfwatch.processor.ports import BrokerUnavailable, InboundMessage, PublisherBusy, Receipt
+
+
+def _check_reachable(topic: MemoryRecordTopic | MemoryVerdictSink | MemoryDeadLetterSink) -> None:
+    if topic.unreachable:
+        raise BrokerUnavailable("TimeOut: the broker did not answer")
+
 
 if TYPE_CHECKING:
     from perfwatch.config import Config
@@ -54,6 +62,7 @@ class MemoryRecordTopic:
         self.batch_size = batch_size
         self._messages: list[_Subscribed] = []
         self.acknowledgements: Counter[str] = Counter()  # message id -> acks received
+        self.unreachable = False
 
     def publish(
         self, payload: bytes, key: str = "", properties: Mapping[str, str] | None = None
@@ -111,6 +120,7 @@ class MemoryRecordSource:
 
     def receive_batch(self) -> list[InboundMessage]:
         self._check_open()
+        _check_reachable(self._topic)
         return self._topic._deliver(self)
 
     def acknowledge(self, message: InboundMessage) -> None:
@@ -169,12 +179,16 @@ class MemoryVerdictPublisher:
         self, payload: bytes, *, key: str, properties: Mapping[str, str], sequence_id: int
     ) -> None:
         self._sink._check_holder(self)
+        if self._sink.unreachable:
+            self._receipts.append(None)  # lost on the way
+            return
         position = self._sink._store(self.name, payload, key, properties, sequence_id)
         stored = None if position is None else str(position).encode()
         self._receipts.append(Receipt(ok=True, position=stored, stored_at=time.time()))
 
     def await_receipts(self, timeout_s: float) -> list[Receipt | None]:
         receipts, self._receipts = self._receipts, []
+        _check_reachable(self._sink)
         return receipts
 
     def close(self) -> None:
@@ -188,10 +202,12 @@ class MemoryVerdictSink:
     def __init__(self, *, deduplication: bool = True) -> None:
         self.deduplication = deduplication
         self.verdicts: list[StoredVerdict] = []
+        self.unreachable = False
         self._publishers: dict[str, MemoryVerdictPublisher] = {}
         self._last_sequence_ids: dict[str, int] = {}
 
     def open_publisher(self, name: str) -> MemoryVerdictPublisher:
+        _check_reachable(self)
         if name in self._publishers:
             raise PublisherBusy(name)
         publisher = MemoryVerdictPublisher(self, name)
@@ -201,6 +217,7 @@ class MemoryVerdictSink:
     def read_back(
         self, name: str, after: bytes | None, wanted: set[str]
     ) -> tuple[set[str], bytes | None]:
+        _check_reachable(self)
         start = 0 if after is None else int(after) + 1
         found: set[str] = set()
         last: bytes | None = None
@@ -240,11 +257,13 @@ class MemoryDeadLetterSink:
 
     def __init__(self) -> None:
         self.messages: list[tuple[bytes, str, dict[str, str]]] = []
+        self.unreachable = False
 
     def open(self) -> None:
         """Nothing to connect."""
 
     def send(self, payload: bytes, *, key: str, properties: Mapping[str, str]) -> None:
+        _check_reachable(self)
         self.messages.append((payload, key, dict(properties)))
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ class ProcessorMetrics:
     records_processed: Counter
     dead_lettered: Counter
     redelivered: Counter
+    broker_failures: Counter
     verdicts: Counter
     series: Gauge
     latency: Histogram
@@ -44,6 +45,11 @@ class ProcessorMetrics:
             redelivered=Counter(
                 "perfwatch_records_redelivered",
                 "Messages received with a redelivery count above zero",
+                registry=registry,
+            ),
+            broker_failures=Counter(
+                "perfwatch_broker_failures",
+                "Times the broker did not answer and the processor backed off",
                 registry=registry,
             ),
             verdicts=Counter(
@@ -80,6 +86,9 @@ class ProcessorMetrics:
 
     def dead_lettered_total(self) -> float:
         return self._total("perfwatch_records_dead_lettered")
+
+    def broker_failures_total(self) -> float:
+        return self._total("perfwatch_broker_failures")
 
     def settled(self) -> float:
         """Messages finished for good: processed, or dead-lettered."""

@@ -7,7 +7,9 @@ waits for the broker's receipts and marks what was stored as published,
 remembering the last message position. After a crash it settles the outbox
 first: what the broker reports (deduplication's last sequence id) or what
 reading the topic back from the remembered position finds is marked, the rest
-is sent. Entries a dead processor left behind are adopted by another one under
+is sent (if the broker fails meanwhile, they stay in the outbox for the next
+try; the processor logs what recovery found, marked and published). Entries a
+dead processor left behind are adopted by another one under
 the dead one's name, which the broker admits once that owner is disconnected.
 docs/processor.md gives the argument.
 """
@@ -18,7 +20,12 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from perfwatch.processor.observability import ProcessorMetrics
-from perfwatch.processor.ports import PublisherBusy, VerdictPublisher, VerdictSink
+from perfwatch.processor.ports import (
+    BrokerUnavailable,
+    PublisherBusy,
+    VerdictPublisher,
+    VerdictSink,
+)
 from perfwatch.state import CURSOR_NAMESPACE, SEQUENCE_OFFSET_NAMESPACE, OutboxEntry, StateStore
 
 log = logging.getLogger("perfwatch.processor")
@@ -116,29 +123,40 @@ class OutboxRelay:
         self.publish(owner, publisher, self.store.unpublished(owner=owner))
 
     def recover(self, owner: str, publisher: VerdictPublisher) -> None:
-        """Settle `owner`'s outbox after a crash: mark what reached the topic, send the rest."""
+        """Settle `owner`'s outbox after a crash: mark what reached the topic, send the
+        rest. A broker failing meanwhile leaves them in the outbox for the next try."""
         offset = self._sequence_offset(owner, publisher)
         entries = self.store.unpublished(owner=owner)
-        if not entries:
-            return
-        pending = {entry.verdict_id for entry in entries}
-        # A broker with deduplication reports the last sequence id it stored.
-        last = publisher.last_sequence_id()
-        on_topic = {e.verdict_id for e in entries if offset + e.seq <= last}
-        cursor = self.store.get_blob(CURSOR_NAMESPACE, owner)
-        found, last_position = self.verdicts.read_back(owner, cursor, pending)
-        on_topic |= found
-        if on_topic:
-            self._mark_published(owner, sorted(on_topic), last_position)
-        log.info(
+        on_topic: set[str] = set()
+        if entries:
+            pending = {entry.verdict_id for entry in entries}
+            # A broker with deduplication reports the last sequence id it stored.
+            last = publisher.last_sequence_id()
+            on_topic = {e.verdict_id for e in entries if offset + e.seq <= last}
+            cursor = self.store.get_blob(CURSOR_NAMESPACE, owner)
+            found, last_position = self.verdicts.read_back(owner, cursor, pending)
+            on_topic |= found
+            if on_topic:
+                self._mark_published(owner, sorted(on_topic), last_position)
+        rest = [entry for entry in entries if entry.verdict_id not in on_topic]
+        failure = ""
+        try:
+            self.publish(owner, publisher, rest)
+        except (PublishError, BrokerUnavailable) as err:
+            failure = str(err)
+        left = len(self.store.unpublished(owner=owner)) if failure else 0
+        log.log(
+            logging.WARNING if failure else logging.INFO,
             "outbox recovered",
             extra={
                 "owner": owner,
-                "already_published": len(on_topic),
-                "to_publish": len(pending - on_topic),
+                "found": len(entries),
+                "already_on_topic": len(on_topic),
+                "published": len(rest) - left,
+                "left_for_later": left,
+                **({"error": failure} if failure else {}),
             },
         )
-        self.publish_outbox(owner, publisher)
 
     def adopt_orphans(self, own_name: str, stale_before: float) -> None:
         """Publish verdicts other processors committed before `stale_before` (a Unix
@@ -149,7 +167,16 @@ class OutboxRelay:
                 publisher = self.open(owner)
             except PublisherBusy:
                 continue  # its owner is alive and connected: it will publish them
-            publisher.close()
+            except BrokerUnavailable as err:
+                log.warning(
+                    "cannot adopt a silent processor's verdicts yet",
+                    extra={"owner": owner, "error": str(err)},
+                )
+                return
+            try:
+                publisher.close()
+            except BrokerUnavailable as err:
+                log.warning("closing an adopted producer failed", extra={"error": str(err)})
 
     def _mark_published(
         self, owner: str, verdict_ids: Sequence[str], last_position: bytes | None

@@ -18,6 +18,11 @@ class PublisherBusy(RuntimeError):
     """Another live connection already publishes under this producer name."""
 
 
+class BrokerUnavailable(RuntimeError):
+    """The broker did not answer in time or the connection is down: the same call may
+    succeed later. Any port method may raise it."""
+
+
 @dataclass(frozen=True)
 class InboundMessage:
     """A record message as received; `handle` is the source's own reference to it."""

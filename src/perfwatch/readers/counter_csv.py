@@ -3,24 +3,30 @@
 
 Plain CSV: a header row, a time column (the first column unless named), then one column
 per counter; one row per sample. Empty cells, ``NaN`` and ``null`` are missing samples.
-The time values are not interpreted: rows are samples in file order.
+The time values are not interpreted: rows are samples in file order. Counter names are
+made canonical as in every counter format (``counter_names``: a common ``\\\\HOST`` prefix
+of Windows counter paths is dropped), so a plain CSV export, a perfmon or typeperf file
+and a record of the same counters compare with each other.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from perfwatch.detectors.counters import CounterSamples
+from perfwatch.readers.counter_names import canonical_counter_names, first_duplicate
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.jsonl import read_records
 from perfwatch.readers.perfmon_csv import (
     csv_rows,
     is_perfmon_header,
-    parse_sample,
+    parse_samples,
     perfmon_samples,
 )
+from perfwatch.readers.tool_json import LocatedRecord
 
 
 def read_counter_csv(path: str | Path, *, time_column: str | None = None) -> CounterSamples:
@@ -49,28 +55,30 @@ def counter_samples(
         raise SourceError(
             path, "the header has a time column but no counter column", line=header_line
         )
-    seen: dict[str, int] = {}
     for i in counters:
         if not header[i]:
             raise SourceError(path, "empty counter name", line=header_line, column=i + 1)
-        if header[i] in seen:
-            raise SourceError(
-                path,
-                f"counter {header[i]!r} appears twice (columns {seen[header[i]] + 1} and {i + 1})",
-                line=header_line,
-                column=i + 1,
-            )
-        seen[header[i]] = i
+    raw_names = [header[i] for i in counters]
+    names = canonical_counter_names(raw_names)
+    duplicate = first_duplicate(names)
+    if duplicate is not None:
+        first, second = counters[duplicate[0]] + 1, counters[duplicate[1]] + 1
+        raise SourceError(
+            path,
+            f"counter {names[duplicate[1]]!r} appears twice (columns {first} and {second})",
+            line=header_line,
+            column=second,
+        )
     values = []
     for line, row in rows[1:]:
         if len(row) != len(header):
             raise SourceError(
                 path, f"{len(row)} cells, but the header has {len(header)}", line=line
             )
-        values.append([parse_sample(path, line, i + 1, row[i], header[i]) for i in counters])
+        values.append(parse_samples(path, line, row, counters, raw_names))
     if not values:
         raise SourceError(path, "no samples after the header", line=header_line + 1)
-    return CounterSamples([header[i] for i in counters], np.array(values), label=str(path))
+    return CounterSamples(names, np.array(values), label=str(path))
 
 
 def read_counter_runs(path: str | Path) -> list[CounterSamples]:
@@ -100,9 +108,19 @@ def _record_runs(path: Path) -> list[CounterSamples]:
                 line=sourced.line,
                 column=sourced.column,
             )
+        names = canonical_counter_names(counters.names)
+        duplicate = first_duplicate(names)
+        if duplicate is not None:
+            raise SourceError(
+                path,
+                f"record {sourced.record.run_id!r}: counters {counters.names[duplicate[0]]!r} "
+                f"and {counters.names[duplicate[1]]!r} are the same counter",
+                line=sourced.line,
+                column=sourced.column,
+            )
         runs.append(
             CounterSamples(
-                counters.names,
+                names,
                 counters.matrix(),
                 label=f"{path}:{sourced.line} (run {sourced.record.run_id})",
             )
@@ -110,3 +128,20 @@ def _record_runs(path: Path) -> list[CounterSamples]:
     if not runs:
         raise SourceError(path, "no record in the file")
     return runs
+
+
+def counter_record(path: str | Path, samples: CounterSamples) -> LocatedRecord:
+    """One run's counter samples as a partial record for ``perfwatch publish``: the
+    file name without its extension as test id, no metrics, the samples as ``counters``
+    (NaN as null). The rest of the identity comes from ``complete_record``."""
+    values: list[list[Any]] = samples.values.tolist()
+    for row in values:
+        for i, value in enumerate(row):
+            if value != value:  # NaN: a sample that was not recorded
+                row[i] = None
+    record = {
+        "test": Path(path).stem,
+        "metrics": {},
+        "counters": {"names": list(samples.names), "values": values},
+    }
+    return LocatedRecord("samples", record)

@@ -1,9 +1,13 @@
 """Which kind of file is this, and its (partial) records.
 
-Formats: perfwatch records (JSON or JSON Lines), Otava-style CSV, and the
-JSON reports of pytest-benchmark, Google Benchmark and hyperfine. The file
-name's extension decides for `.csv`, `.tsv`, `.jsonl` and `.ndjson`; a JSON
-document is recognised by its shape.
+Formats: perfwatch records (JSON or JSON Lines), Otava-style CSV, the
+JSON reports of pytest-benchmark, Google Benchmark and hyperfine, and the
+counter samples of one run (Windows perfmon/typeperf/relog CSV, or a plain
+counter CSV: one row per sample). The file name's extension decides for
+`.csv`, `.tsv`, `.jsonl` and `.ndjson`, except that a CSV whose header is a
+perfmon header is perfmon; a JSON document is recognised by its shape. A
+plain counter CSV looks like an Otava CSV (a time column, numbers), so it is
+read as one only when named (`counters-csv`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from perfwatch.readers.google_benchmark import (
 from perfwatch.readers.hyperfine import looks_like_hyperfine, records_from_hyperfine
 from perfwatch.readers.jsonl import read_records
 from perfwatch.readers.otava_csv import read_otava_csv
+from perfwatch.readers.perfmon_header import starts_like_perfmon
 from perfwatch.readers.pytest_benchmark import (
     looks_like_pytest_benchmark,
     records_from_pytest_benchmark,
@@ -35,7 +40,17 @@ OTAVA_CSV = "otava-csv"
 PYTEST_BENCHMARK = "pytest-benchmark"
 GOOGLE_BENCHMARK = "google-benchmark"
 HYPERFINE = "hyperfine"
-FORMATS = (PERFWATCH, OTAVA_CSV, PYTEST_BENCHMARK, GOOGLE_BENCHMARK, HYPERFINE)
+PERFMON = "perfmon"
+COUNTERS_CSV = "counters-csv"
+FORMATS = (
+    PERFWATCH,
+    OTAVA_CSV,
+    PYTEST_BENCHMARK,
+    GOOGLE_BENCHMARK,
+    HYPERFINE,
+    PERFMON,
+    COUNTERS_CSV,
+)
 
 # Reports of benchmark tools: a recogniser and a converter, tried in this order.
 _TOOL_REPORTS: dict[
@@ -75,7 +90,7 @@ def detect_format(path: str | Path) -> str:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
-        return OTAVA_CSV
+        return PERFMON if starts_like_perfmon(read_source(path)) else OTAVA_CSV
     if suffix in (".jsonl", ".ndjson"):
         return PERFWATCH
     document = load_json_document(read_source(path), str(path))
@@ -90,8 +105,8 @@ def _format_of_document(document: Any, source: str) -> str:
             return name
     raise SourceError(
         source,
-        "not a perfwatch record file, Otava CSV, or a pytest-benchmark, Google Benchmark or "
-        f"hyperfine JSON report; name the format with --format ({', '.join(FORMATS)})",
+        "not a perfwatch record file, Otava CSV, perfmon CSV, or a pytest-benchmark, Google "
+        f"Benchmark or hyperfine JSON report; name the format with --format ({', '.join(FORMATS)})",
     )
 
 
@@ -108,6 +123,15 @@ def read_input_file(path: str | Path, file_format: str | None = None) -> InputFi
     if file_format == OTAVA_CSV:
         return InputFile(
             source, file_format, records_from_series(read_otava_csv(path)), names_benchmarks=False
+        )
+    if file_format in (PERFMON, COUNTERS_CSV):
+        # the counter readers build the detector's samples (numpy): loaded for them only
+        from perfwatch.readers.counter_csv import counter_record, read_counter_csv
+        from perfwatch.readers.perfmon_csv import read_perfmon_csv
+
+        samples = read_perfmon_csv(path) if file_format == PERFMON else read_counter_csv(path)
+        return InputFile(
+            source, file_format, [counter_record(path, samples)], names_benchmarks=False
         )
     if file_format not in _TOOL_REPORTS:
         raise SourceError(source, f"unknown format {file_format!r}; known: {', '.join(FORMATS)}")

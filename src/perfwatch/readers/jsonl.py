@@ -105,11 +105,16 @@ def write_records(records: Iterable[Record], destination: BinaryIO) -> None:
 
 
 def records_to_series(
-    records: Iterable[SourcedRecord], *, metrics: Collection[str] | None = None
+    records: Iterable[SourcedRecord],
+    *,
+    metrics: Collection[str] | None = None,
+    keep_missing: bool = False,
 ) -> list[MetricSeries]:
     """One MetricSeries per test and metric (only ``metrics`` when given), runs in time
     order. A run id seen before for the same test is a redelivery and is skipped. The
-    direction and unit are the latest run's that declares one."""
+    direction and unit are the latest run's that declares one. A run of the test without
+    the metric is left out of that metric's series, or kept with a NaN value when
+    ``keep_missing`` is true (as a blank CSV cell then is)."""
     runs_by_test: dict[str, list[SourcedRecord]] = {}
     seen_runs: set[tuple[str, str]] = set()
     # Where each series first appears in reading order: where its problems are reported.
@@ -127,20 +132,26 @@ def records_to_series(
         runs.sort(key=lambda sourced: sourced.record.timestamp)
     return [
         _metric_series(
-            metric, [run for run in runs_by_test[test] if metric in run.record.metrics], first
+            metric,
+            [run for run in runs_by_test[test] if keep_missing or metric in run.record.metrics],
+            first,
         )
         for (test, metric), first in defined_at.items()
     ]
 
 
 def _metric_series(metric: str, runs: list[SourcedRecord], first: SourcedRecord) -> MetricSeries:
-    values = [run.record.metrics[metric] for run in runs]
+    """The series of ``metric`` over ``runs``; NaN for a run without it."""
+    found = [run.record.metrics.get(metric) for run in runs]
+    values = [value for value in found if value is not None]
     attribute_names = dict.fromkeys(name for run in runs for name in run.record.attributes)
     return MetricSeries(
         test=first.record.test,
         metric=metric,
         times=[run.record.timestamp.astimezone(UTC) for run in runs],
-        values=np.array([value.value for value in values], dtype=np.float64),
+        values=np.array(
+            [np.nan if value is None else value.value for value in found], dtype=np.float64
+        ),
         commits=[run.record.commit for run in runs],
         run_ids=[run.record.run_id for run in runs],
         branches=[run.record.branch for run in runs],

@@ -5,7 +5,8 @@ Detected rather than configured: the separator (the most frequent of ``, ; TAB |
 header), the time column (named time/timestamp/date/datetime, else the first column),
 the time format (the first of ``TIME_FORMATS`` that reads every time) and which columns
 are metrics (those whose first non-empty cell is a number). An empty metric cell means
-the run did not measure that metric; the run is left out of that metric's series.
+the run did not measure that metric: the run is left out of that metric's series, or, with
+``keep_missing`` (Apache Otava's reading, for ``--compat otava``), kept with a NaN value.
 """
 
 from __future__ import annotations
@@ -115,10 +116,13 @@ def read_otava_csv(
     time_column: str | None = None,
     separator: str | None = None,
     metrics: Collection[str] | None = None,
+    keep_missing: bool = False,
 ) -> list[MetricSeries]:
     """One MetricSeries per metric column of the file (only ``metrics`` when given; those
     missing from the file are skipped), runs sorted by time. The test is the file name
-    without its extension. SourceError names line and column of any bad cell.
+    without its extension. SourceError names line and column of any bad cell. A run with
+    an empty cell is left out of that metric's series, or kept with a NaN value when
+    ``keep_missing`` is true.
 
     Cells are handled a column at a time (a metric column is converted in one pass, and
     only a column that fails it is read cell by cell to find the bad one), so a file of
@@ -165,6 +169,10 @@ def read_otava_csv(
         values, present = _metric_values(
             columns[index], row_lines, order_or_none, index + 1, header[index], source
         )
+        if present is not None and keep_missing:
+            kept = np.full(len(times), np.nan)
+            kept[present] = values
+            values, present = kept, None
         if present is None:  # every run measured it: the run lists are shared, not copied
             kept_times, kept_identity, kept_attributes = times, identity, attributes
         else:

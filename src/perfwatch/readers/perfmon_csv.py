@@ -1,15 +1,19 @@
-"""Windows performance-monitor CSV, as written by ``typeperf -f CSV`` and ``relog -f csv``.
+"""Windows performance-monitor CSV, as written by ``typeperf -f CSV``, ``relog -f csv``
+and perfmon (``typeperf -f TSV`` and ``relog -f tsv``: the same with tabs).
 
 The header's first cell names the format and time zone, ``(PDH-CSV 4.0) (GMT Standard
 Time)(0)``; every other cell is a counter path ``\\\\HOST\\Object(instance)\\Counter``.
 Each row is one sample: a timestamp, then one cell per counter, every cell quoted. A
 blank or ``" "`` cell is a missing sample (relog writes one for a rate counter's first
-sample and whenever a counter could not be read).
+sample and whenever a counter could not be read). typeperf's console output redirected
+to a file ends with status lines ("Exiting, please wait...", "The command completed
+successfully."): short rows after the samples that start with no timestamp, skipped.
 
-When every counter comes from the same host the ``\\\\HOST`` prefix is dropped, so runs
-recorded on different machines compare by counter name.
+Names are made canonical (``counter_names``): when every counter comes from the same
+host the ``\\\\HOST`` prefix is dropped, so runs recorded on different machines, and
+plain CSV or records of the same counters, compare by counter name.
 
-``csv_rows`` and ``parse_sample`` also serve the plain counter CSV reader.
+``csv_rows`` and ``parse_samples`` also serve the plain counter CSV reader.
 """
 
 from __future__ import annotations
@@ -17,20 +21,31 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from perfwatch.detectors.counters import CounterSamples
+from perfwatch.readers.counter_names import (
+    canonical_counter_names,
+    first_duplicate,
+    is_counter_path,
+)
 from perfwatch.readers.errors import SourceError, read_source
+from perfwatch.readers.perfmon_header import (
+    PDH_MARKER,
+    PDH_MARKERS,
+    PDH_TSV_MARKER,
+    first_header_text,
+)
 
-PDH_MARKER = "(PDH-CSV"
 MISSING_CELLS = {"", "nan", "null", "na"}  # after stripping, case-insensitive
 
 
 def is_perfmon_header(rows: list[tuple[int, list[str]]]) -> bool:
     """Whether a CSV file's rows (from ``csv_rows``) start with a perfmon CSV header."""
-    return bool(rows) and bool(rows[0][1]) and rows[0][1][0].startswith(PDH_MARKER)
+    return bool(rows) and bool(rows[0][1]) and rows[0][1][0].startswith(PDH_MARKERS)
 
 
 def read_perfmon_csv(path: str | Path) -> CounterSamples:
@@ -45,34 +60,41 @@ def perfmon_samples(path: Path, rows: list[tuple[int, list[str]]]) -> CounterSam
     if not rows:
         raise SourceError(path, "empty file: expected a perfmon CSV header", line=1)
     line, header = rows[0]
-    if not header or not header[0].startswith(PDH_MARKER):
+    if not header or not header[0].startswith(PDH_MARKERS):
         raise SourceError(
             path,
             f"not a perfmon CSV file: the first header cell should start with {PDH_MARKER!r}",
             line=line,
             column=1,
         )
-    names = [_counter_path(path, line, column, cell) for column, cell in enumerate(header[1:], 2)]
-    if not names:
+    paths = [_counter_path(path, line, column, cell) for column, cell in enumerate(header[1:], 2)]
+    if not paths:
         raise SourceError(path, "the header names no counter", line=line)
-    duplicates = {name for name in names if names.count(name) > 1}
-    if duplicates:
-        column = next(i for i, name in enumerate(names, 2) if name in duplicates)
+    names = canonical_counter_names(paths)
+    duplicate = first_duplicate(names)
+    if duplicate is not None:
+        column = duplicate[1] + 2
         raise SourceError(
             path, f"counter {header[column - 1]!r} appears twice", line=line, column=column
         )
+    samples = rows[1:]
+    while samples and _is_status_line(samples[-1][1], len(header)):
+        samples = samples[:-1]
     values = []
-    for line, row in rows[1:]:
+    for line, row in samples:
         if len(row) != len(header):
             raise SourceError(
                 path, f"{len(row)} cells, but the header has {len(header)}", line=line
             )
-        values.append(
-            [parse_sample(path, line, column, cell) for column, cell in enumerate(row[1:], 2)]
-        )
+        values.append(parse_samples(path, line, row, range(1, len(row))))
     if not values:
         raise SourceError(path, "no samples after the header", line=rows[0][0] + 1)
-    return CounterSamples(_without_common_host(names), np.array(values), label=str(path))
+    return CounterSamples(names, np.array(values), label=str(path))
+
+
+def _is_status_line(row: list[str], width: int) -> bool:
+    """A line typeperf prints after its samples: shorter than a sample row, no time."""
+    return len(row) < width and not row[0].strip()[:1].isdigit()
 
 
 def csv_rows(path: Path) -> list[tuple[int, list[str]]]:
@@ -82,8 +104,9 @@ def csv_rows(path: Path) -> list[tuple[int, list[str]]]:
         text = read_source(path).decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise SourceError(path, f"not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+    delimiter = "\t" if first_header_text(text).startswith(PDH_TSV_MARKER) else ","
     # newline="" as csv wants: quoted cells may hold line breaks of their own
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
         return [(reader.line_num, row) for row in reader if any(cell.strip() for cell in row)]
     except csv.Error as error:
@@ -91,7 +114,7 @@ def csv_rows(path: Path) -> list[tuple[int, list[str]]]:
 
 
 def _counter_path(path: Path, line: int, column: int, cell: str) -> str:
-    if not cell.startswith("\\\\") or cell.count("\\") < 4:
+    if not is_counter_path(cell):
         raise SourceError(
             path,
             f"header cell {cell!r} is not a counter path like \\\\HOST\\Object(instance)\\Counter",
@@ -99,6 +122,24 @@ def _counter_path(path: Path, line: int, column: int, cell: str) -> str:
             column=column,
         )
     return cell
+
+
+def parse_samples(
+    path: Path, line: int, row: list[str], columns: Sequence[int], names: Sequence[str] = ()
+) -> list[float]:
+    """The samples in ``row[c]`` for each column index c, as ``parse_sample`` reads them
+    (``names``: the counter of each, for messages)."""
+    try:
+        # the common row, every cell a finite number, without a call per cell
+        values = [float(row[c]) for c in columns]
+        if math.isfinite(sum(values)):
+            return values
+    except ValueError:
+        pass
+    return [
+        parse_sample(path, line, c + 1, row[c], names[k] if names else "")
+        for k, c in enumerate(columns)
+    ]
 
 
 def parse_sample(path: Path, line: int, column: int, cell: str, counter: str = "") -> float:
@@ -117,11 +158,3 @@ def parse_sample(path: Path, line: int, column: int, cell: str, counter: str = "
     if math.isinf(value):
         raise SourceError(path, f"infinite value: {cell!r}{about}", line=line, column=column)
     return value
-
-
-def _without_common_host(names: list[str]) -> list[str]:
-    """Drop the \\\\HOST prefix when every counter has the same host."""
-    hosts = {name[2:].split("\\", 1)[0].lower() for name in names}
-    if len(hosts) != 1:
-        return names
-    return ["\\" + name[2:].split("\\", 1)[1] for name in names]

@@ -23,8 +23,10 @@ class MetricSeries:
     """Runs of one test's metric in run order (oldest first), times in UTC.
 
     ``attributes`` holds per-run labels (version, environment columns, record
-    attributes), one entry per run. ``source``/``line``/``column`` say where the
-    series was defined, so problems with the series as a whole can name a place.
+    attributes), one entry per run. ``values`` is NaN for a run without a value, which
+    only a reader asked to keep such runs (``keep_missing``) produces.
+    ``source``/``line``/``column`` say where the series was defined, so problems with
+    the series as a whole can name a place.
     """
 
     test: str

@@ -21,6 +21,7 @@ from perfwatch.state.base import (
     CURSOR_NAMESPACE,
     OutboxEntry,
     Point,
+    RunConflict,
     SeriesKey,
     SeriesState,
     StateStore,
@@ -228,10 +229,28 @@ class SqlTransaction(StoreTransaction):
                     params,
                 ).fetchall()
             )
+        for series, point in items:
+            if series.series_id not in inserted:
+                self._check_same_run(series, point)
         return [
             self._place(series, point) if series.series_id in inserted else None
             for series, point in items
         ]
+
+    def _check_same_run(self, series: SeriesState, point: Point) -> None:
+        """RunConflict unless the stored point of the run has the point's value, time and
+        commit (then the record is a copy of one applied before)."""
+        row = self.execute(
+            f"SELECT {_POINT_COLUMNS} FROM points WHERE series_id = ? AND run_id = ?",
+            (series.series_id, point.run_id),
+        ).fetchone()
+        stored = _point_from_row(row)
+        if (stored.value, stored.timestamp, stored.commit) != (
+            point.value,
+            point.timestamp,
+            point.commit,
+        ):
+            raise RunConflict(series.key, stored, point)
 
     def _place(self, series: SeriesState, point: Point) -> int:
         """The position of a point just inserted; advances the series' counters."""

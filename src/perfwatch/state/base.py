@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from perfwatch.contract.validation import json_path
+
 # Blob namespaces, keyed by outbox owner: the id of its last published message,
 # and what is added to its outbox numbers to make its Pulsar sequence ids.
 CURSOR_NAMESPACE = "outbox-cursor"
@@ -32,6 +34,40 @@ class StoreError(RuntimeError):
 
 class StoreUnavailable(StoreError):
     """The database cannot be reached or is busy: retrying the same work may succeed."""
+
+
+class RunConflict(ValueError):
+    """A run id is stored in a series already, with another value, time or commit.
+
+    `path` locates the first differing field in the record (``$.metrics.p99.value``).
+    """
+
+    def __init__(self, key: SeriesKey, stored: Point, offered: Point) -> None:
+        differing = [
+            (path, shown_stored, shown_offered)
+            for path, same, shown_stored, shown_offered in (
+                (
+                    json_path(["metrics", key.metric, "value"]),
+                    stored.value == offered.value,
+                    stored.value,
+                    offered.value,
+                ),
+                ("$.timestamp", stored.timestamp == offered.timestamp, stored.time, offered.time),
+                ("$.commit", stored.commit == offered.commit, stored.commit, offered.commit),
+            )
+            if not same
+        ]
+        self.path = differing[0][0] if differing else "$.run_id"
+        described = "; ".join(
+            f"{path}: stored {old!r}, now {new!r}" for path, old, new in differing
+        )
+        super().__init__(
+            f"run_id {stored.run_id!r} is stored for test {key.test!r} metric {key.metric!r} "
+            f"with other values ({described}); the record is not applied"
+        )
+        self.key = key
+        self.stored = stored
+        self.offered = offered
 
 
 @dataclass(frozen=True, order=True)
@@ -134,7 +170,8 @@ class StoreTransaction(ABC):
     @abstractmethod
     def add_points(self, items: Sequence[tuple[SeriesState, Point]]) -> list[int | None]:
         """Insert one point into each of several series (one statement), skipping run
-        ids already in their series.
+        ids already in their series with the same value, timestamp and commit (a
+        redelivered record); RunConflict for one stored with others.
 
         Returns, per item, the point's position in its series (0-based, order =
         timestamp then arrival) or None for a run id seen before. Updates the

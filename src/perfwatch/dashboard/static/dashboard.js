@@ -70,6 +70,16 @@ function seriesHref(key) {
   return `/series?key=${encodeURIComponent(key)}`;
 }
 
+// A table body with no rows says why in one full-width row.
+function emptyRow(tbody, message) {
+  if (tbody.children.length) return;
+  const tr = document.createElement("tr");
+  tr.className = "empty";
+  const td = cell(tr, message, "muted");
+  td.colSpan = tbody.closest("table").querySelectorAll("thead th").length;
+  tbody.appendChild(tr);
+}
+
 function plot(id, figure) {
   return Plotly.react($(id), figure.data, figure.layout, PLOT_CONFIG);
 }
@@ -161,7 +171,7 @@ function compare(a, b, numeric) {
 
 // --- overview ----------------------------------------------------------------------------
 
-const STATUS_RANK = { regression: 0, changed: 1, improvement: 2, stable: 3 };
+const STATUS_RANK = { regression: 0, changed: 1, improvement: 2, fixed: 3, stable: 4 };
 
 function sortValue(summary, column) {
   switch (column) {
@@ -172,7 +182,9 @@ function sortValue(summary, column) {
     case "latest":
       return summary.latest ? summary.latest.value : null;
     case "change":
-      return summary.latest_change ? summary.latest_change.forward_change_percent : null;
+      return summary.status_episode ? summary.status_episode.forward_change_percent : null;
+    case "episode":
+      return summary.status_episode ? summary.status_episode.text : "";
     case "time":
       return summary.latest ? summary.latest.timestamp : null;
     default:
@@ -212,11 +224,19 @@ async function initOverview() {
       linkCell(tr, s.metric, seriesHref(s.key));
       cell(tr, attributesText(s.attributes));
       cell(tr, s.runs, "num");
-      cell(tr, s.latest ? number(s.latest.value) : "", "num");
-      cell(tr, s.latest_change ? percent(s.latest_change.forward_change_percent) : "", "num");
+      cell(tr, s.latest ? `${number(s.latest.value)}${s.unit ? ` ${s.unit}` : ""}` : "", "num");
+      const episode = s.status_episode;
+      cell(tr, episode ? percent(episode.forward_change_percent) : "", "num");
+      cell(tr, episode ? episode.text : "");
       cell(tr, s.latest ? s.latest.time || "" : "");
       tbody.appendChild(tr);
     }
+    emptyRow(
+      tbody,
+      series.size
+        ? "No series matches the search."
+        : "No series yet: publish records (perfwatch publish) to a running perfwatch serve.",
+    );
     $("series-count").textContent = `${rows.length} of ${series.size} series`;
   }
 
@@ -242,19 +262,18 @@ async function initOverview() {
     if (item.series_key) linkCell(tr, f.test, seriesHref(item.series_key));
     else cell(tr, f.test);
     cell(tr, f.metric);
-    cell(tr, f.change, "num");
-    cell(tr, f.pvalue, "num");
     cell(tr, f.commit, "mono");
     cell(tr, f.kind, "muted");
-    tr.title = f.summary;
     return tr;
   }
 
   function filterFeed() {
     const needle = $("verdict-search").value.trim().toLowerCase();
+    for (const tr of feed.querySelectorAll("tr.empty")) tr.remove();
     for (const tr of feed.children) {
       tr.hidden = needle !== "" && !tr.textContent.toLowerCase().includes(needle);
     }
+    emptyRow(feed, "No verdicts yet.");
   }
   $("verdict-search").addEventListener("input", filterFeed);
 
@@ -293,11 +312,15 @@ async function initOverview() {
 // --- series view ---------------------------------------------------------------------------
 
 async function initSeries() {
-  const key = new URLSearchParams(window.location.search).get("key");
+  const params = new URLSearchParams(window.location.search);
+  const key = params.get("key");
   if (!key) throw new Error("no series selected: open a series from the overview");
+  const choice = { key, x: params.get("x") || "run" };
+  $("series-x").value = choice.x;
 
   async function load() {
-    const { series, figure } = await getJSON(`/api/series/detail?key=${encodeURIComponent(key)}`);
+    const query = new URLSearchParams({ key, x: choice.x });
+    const { series, figure } = await getJSON(`/api/series/detail?${query}`);
     $("page-heading").textContent = `${series.test} · ${series.metric}`;
     const attributes = attributesText(series.attributes);
     const facts = $("series-facts");
@@ -307,7 +330,8 @@ async function initSeries() {
     status.textContent = series.status;
     facts.append(
       status,
-      ` ${series.runs} runs · ${series.change_points} change point(s)` +
+      (series.status_episode ? ` ${series.status_episode.text} ·` : "") +
+        ` ${series.runs} runs · ${series.change_points} change point(s)` +
         (attributes ? ` · ${attributes}` : ""),
     );
     await plot("series-chart", figure);
@@ -328,6 +352,29 @@ async function initSeries() {
       cell(tr, Number(cp.pvalue).toPrecision(2), "num");
       cps.appendChild(tr);
     }
+    const p = series.parameters;
+    emptyRow(
+      cps,
+      `No change points in ${series.runs} runs (window ${p.window_len}, p ≤ ${p.max_pvalue}).`,
+    );
+    $("changepoint-source").textContent =
+      `Computed from the ${series.runs} stored runs as perfwatch analyze computes them ` +
+      `(window ${p.window_len}, max p-value ${p.max_pvalue}, min magnitude ${p.min_magnitude}` +
+      `${p.compat ? `, compat ${p.compat}` : ""}).`;
+
+    const episodes = $("episode-table").querySelector("tbody");
+    episodes.replaceChildren();
+    for (const e of series.episodes) {
+      const tr = document.createElement("tr");
+      tr.dataset.index = e.index;
+      cell(tr, e.kind, `label label-${e.kind}`);
+      cell(tr, e.index, "num");
+      cell(tr, percent(e.forward_change_percent), "num");
+      cell(tr, e.fixed_index === null ? (e.open ? "open" : "") : `fixed at run ${e.fixed_index}`);
+      cell(tr, e.text);
+      episodes.appendChild(tr);
+    }
+    emptyRow(episodes, "No regression, improvement or other change.");
 
     const segments = $("segment-table").querySelector("tbody");
     segments.replaceChildren();
@@ -348,14 +395,18 @@ async function initSeries() {
       cell(tr, f.emitted_at);
       cell(tr, f.label, `label label-${f.label.toLowerCase()}`);
       cell(tr, f.kind, "muted");
-      cell(tr, f.change, "num");
-      cell(tr, f.pvalue, "num");
       cell(tr, f.commit, "mono");
       cell(tr, f.run_id);
       history.appendChild(tr);
     }
+    emptyRow(history, "No verdict was published for this series.");
   }
 
+  $("series-x").addEventListener("change", (e) => {
+    choice.x = e.target.value;
+    setQuery(choice);
+    load().catch(showError);
+  });
   onVerdict((event) => {
     if (event.item.series_key === key) load().catch(showError);
   });
@@ -363,6 +414,13 @@ async function initSeries() {
 }
 
 // --- counter-check view ------------------------------------------------------------------
+
+// A run as a picker names it: its own date and commit, when the store has them.
+function runWhen(run) {
+  if (!run) return "run date not stored";
+  const commit = run.commit ? ` · commit ${run.commit.slice(0, 10)}` : "";
+  return `${run.time || ""}${commit}`;
+}
 
 async function initCounters() {
   const params = new URLSearchParams(window.location.search);
@@ -380,7 +438,7 @@ async function initCounters() {
       data.selected ? data.selected.verdict_id : "",
       (id) => {
         const c = data.checks.find((x) => x.verdict_id === id);
-        return `${c.facts.test} · run ${c.facts.run_id} · ${c.facts.label} (${c.facts.emitted_at})`;
+        return `${c.facts.test} · run ${c.facts.run_id} · ${runWhen(c.run)} · ${c.facts.label}`;
       },
     );
     const facts = $("counter-facts");
@@ -518,6 +576,7 @@ async function initResources() {
     const data = await getJSON(`/api/resources?${query}`);
     fillSelect($("time-metric"), data.metrics, data.time_metric);
     fillSelect($("memory-metric"), data.metrics, data.memory_metric);
+    $("resources-facts").textContent = data.note || "";
     await plot("time-chart", data.figures.time);
     await plot("memory-chart", data.figures.memory);
     await plot("total-chart", data.figures.total);

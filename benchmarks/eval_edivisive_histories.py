@@ -1,0 +1,307 @@
+"""perfwatch's change points against Apache Otava's on realistic synthetic histories.
+
+    python benchmarks/eval_edivisive_histories.py --seeds 1000:1200 --orig-seeds 1000:1010
+
+The histories come from ``perf_histories.py`` (noise families, drifts, seasons, level
+shifts of 1-30 %, reverted regressions, missing runs). In the same run, on the same
+histories:
+
+- perfwatch's default mode, as ``perfwatch analyze`` and the stream run it: a missing
+  run is left out of the series (indices are mapped back to runs for scoring);
+- Apache Otava 0.8 with its defaults, run by Otava itself (``tests/otava_reference.py``):
+  its analysis fills a missing run in from the one before;
+- Otava's original E-Divisive (``--orig-edivisive``: permutation tests, no windows) on
+  the ``--orig-seeds`` histories only, since it takes seconds per history;
+- any perfwatch parameter variants named with ``--variant NAME=key:value,...``.
+
+Scores, with a found change point counting for a true one at most ``--margin`` runs
+away (5), each matched once: precision, recall and F1 over all change points of a group
+pooled; the covering of the true segmentation by the found one (the length-weighted best
+Jaccard overlap of each true segment, averaged over histories); false positives per
+1 000 runs. Then the recall of steps by size in noise standard deviations, and a check
+that perfwatch's compat mode gives Otava's indices on every history. Tune on one seed
+range (0:200 was used), report on another (1000:1200).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perf_histories import GROUPS, NOISE_FAMILIES, History, histories
+from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from otava_reference import OtavaReference
+
+SIGMA_BINS = ((0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, float("inf")))
+DEFAULT = "perfwatch default"
+OTAVA = "otava 0.8 (itself)"
+ORIG = "otava permutation"
+Detector = Callable[[History], list[int]]
+
+
+def perfwatch_detector(params: EDivisiveParams) -> Detector:
+    """perfwatch as its readers feed it: the runs that have a value, indices mapped back."""
+
+    def detect(history: History) -> list[int]:
+        present = np.flatnonzero(~np.isnan(history.values))
+        found = detect_change_points(history.values[present], params)
+        return [int(present[change.index]) for change in found]
+
+    return detect
+
+
+def matched_truth(truth: Sequence[int], found: Sequence[int], margin: int) -> set[int]:
+    """Positions in ``truth`` matched one-to-one to a found change point within ``margin``
+    runs, closest pairs first."""
+    pairs = sorted(
+        (abs(t - f), i, j)
+        for i, t in enumerate(truth)
+        for j, f in enumerate(found)
+        if abs(t - f) <= margin
+    )
+    used_truth: set[int] = set()
+    used_found: set[int] = set()
+    for _, i, j in pairs:
+        if i not in used_truth and j not in used_found:
+            used_truth.add(i)
+            used_found.add(j)
+    return used_truth
+
+
+def covering(truth: Sequence[int], found: Sequence[int], n: int) -> float:
+    """Covering of the true segmentation of runs 0..n by the found one."""
+
+    def segments(points: Sequence[int]) -> list[tuple[int, int]]:
+        edges = [0, *sorted(p for p in set(points) if 0 < p < n), n]
+        return list(pairwise(edges))
+
+    mine = segments(found)
+    total = 0.0
+    for a, b in segments(truth):
+        best = 0.0
+        for c, d in mine:
+            overlap = min(b, d) - max(a, c)
+            if overlap > 0:
+                best = max(best, overlap / (max(b, d) - min(a, c)))
+        total += (b - a) * best
+    return total / n
+
+
+@dataclass
+class Tally:
+    true: int = 0
+    found: int = 0
+    hits: int = 0
+    runs: int = 0
+    coverings: list[float] = field(default_factory=list)
+    by_sigma: list[tuple[float, float, bool]] = field(default_factory=list)  # sigmas, rel., hit
+
+    def add(self, history: History, found: list[int], margin: int) -> None:
+        hit = matched_truth(history.truth, found, margin)
+        self.true += len(history.truth)
+        self.found += len(found)
+        self.hits += len(hit)
+        self.runs += len(history.values)
+        self.coverings.append(covering(history.truth, found, len(history.values)))
+        self.by_sigma += [
+            (c.sigmas, abs(c.relative), i in hit) for i, c in enumerate(history.changes)
+        ]
+
+    def scores(self) -> dict[str, float]:
+        precision = self.hits / self.found if self.found else float("nan")
+        recall = self.hits / self.true if self.true else float("nan")
+        f1 = (
+            2 * precision * recall / (precision + recall)
+            if self.found and self.true and precision + recall
+            else float("nan")
+        )
+        return {
+            "f1": f1,
+            "precision": precision,
+            "recall": recall,
+            "covering": float(np.mean(self.coverings)) if self.runs else float("nan"),
+            "fp_per_1000": (
+                1000 * (self.found - self.hits) / self.runs if self.runs else float("nan")
+            ),
+            "histories": len(self.coverings),
+            "true": self.true,
+            "found": self.found,
+        }
+
+    def recall_by_sigma(self) -> list[tuple[str, float, int]]:
+        rows = []
+        for low, high in SIGMA_BINS:
+            inside = [hit for sigmas, _, hit in self.by_sigma if low <= sigmas < high]
+            label = f"{low:g}-{high:g}" if high != float("inf") else f">{low:g}"
+            rows.append((label, float(np.mean(inside)) if inside else float("nan"), len(inside)))
+        return rows
+
+    def extremes(self) -> dict[str, float]:
+        """The smallest change found and the largest missed, in noise sigmas and in %."""
+        caught = [(s, r) for s, r, hit in self.by_sigma if hit]
+        missed = [(s, r) for s, r, hit in self.by_sigma if not hit]
+        return {
+            "smallest_caught_sigmas": min(s for s, _ in caught),
+            "smallest_caught_percent": 100 * min(r for _, r in caught),
+            "largest_missed_sigmas": max(s for s, _ in missed),
+            "largest_missed_percent": 100 * max(r for _, r in missed),
+        }
+
+
+def parse_range(text: str) -> range:
+    start, _, stop = text.partition(":")
+    return range(int(start), int(stop))
+
+
+def parse_variant(text: str) -> tuple[str, EDivisiveParams]:
+    """``NAME=key:value,key:value`` -> a named EDivisiveParams."""
+    name, _, spec = text.partition("=")
+    settings: dict[str, Any] = {}
+    for item in filter(None, spec.split(",")):
+        key, _, value = item.partition(":")
+        settings[key] = json.loads(value)
+    return name, EDivisiveParams(**settings)
+
+
+def fmt(value: float) -> str:
+    return "-" if value != value else f"{value:.3f}"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    seeds = parse_range(args.seeds)
+    orig_seeds = parse_range(args.orig_seeds) if args.orig_seeds else range(0)
+    detectors: dict[str, Detector] = {DEFAULT: perfwatch_detector(EDivisiveParams())}
+    for variant in args.variant:
+        name, params = parse_variant(variant)
+        detectors[name] = perfwatch_detector(params)
+    compat = EDivisiveParams(compat="otava")
+    methods = [*detectors, OTAVA]
+    tallies = {(m, g): Tally() for m in methods for g in GROUPS}
+    orig_tallies = {(m, g): Tally() for m in [*methods, ORIG] for g in GROUPS}
+    family_tallies = {(m, f): Tally() for m in methods for f in NOISE_FAMILIES}
+    seconds = dict.fromkeys([*methods, ORIG], 0.0)
+    compat_differs = 0
+    with OtavaReference() as otava:
+
+        def otava_default(history: History) -> list[int]:
+            return [c["index"] for c in otava.change_points(history.values)]
+
+        def otava_orig(history: History) -> list[int]:
+            return otava.change_points_orig(history.values, seed=history.seed)
+
+        everything: dict[str, Detector] = {**detectors, OTAVA: otava_default, ORIG: otava_orig}
+        for history in histories(GROUPS, seeds):
+            in_orig_subset = history.seed in orig_seeds
+            for name in [*methods, ORIG] if in_orig_subset else methods:
+                started = time.perf_counter()
+                found = everything[name](history)
+                seconds[name] += time.perf_counter() - started
+                if name != ORIG:
+                    tallies[(name, history.group)].add(history, found, args.margin)
+                    if history.group in ("mixed", "steps"):
+                        family_tallies[(name, history.noise)].add(history, found, args.margin)
+                if name == OTAVA:
+                    ours = detect_change_points(history.values, compat)  # filled as Otava
+                    compat_differs += [change.index for change in ours] != found
+                if in_orig_subset:
+                    orig_tallies[(name, history.group)].add(history, found, args.margin)
+    return {
+        "seeds": args.seeds,
+        "orig_seeds": args.orig_seeds,
+        "margin": args.margin,
+        "variants": args.variant,
+        "scores": {group: {m: tallies[(m, group)].scores() for m in methods} for group in GROUPS},
+        "orig_scores": {
+            group: {m: orig_tallies[(m, group)].scores() for m in [*methods, ORIG]}
+            for group in GROUPS
+        }
+        if orig_seeds
+        else {},
+        "by_noise_family": {
+            family: {m: family_tallies[(m, family)].scores() for m in methods}
+            for family in NOISE_FAMILIES
+        },
+        "recall_by_sigma": {
+            m: _merged(tallies[(m, "mixed")], tallies[(m, "steps")]).recall_by_sigma()
+            for m in methods
+        },
+        "extremes": {
+            m: _merged(tallies[(m, "mixed")], tallies[(m, "steps")]).extremes() for m in methods
+        },
+        "compat_differs_from_otava": compat_differs,
+        "seconds": seconds,
+    }
+
+
+def _merged(*tallies: Tally) -> Tally:
+    merged = Tally()
+    for tally in tallies:
+        merged.by_sigma += tally.by_sigma
+    return merged
+
+
+def report(result: dict[str, Any]) -> None:
+    print(f"seeds {result['seeds']}, margin {result['margin']} runs")
+    for title, key in (
+        ("all methods", "scores"),
+        ("by noise family, groups mixed + steps", "by_noise_family"),
+        ("permutation subset", "orig_scores"),
+    ):
+        if not result[key]:
+            continue
+        seeds = result["orig_seeds"] if key == "orig_scores" else result["seeds"]
+        print(f"\n{title} (seeds {seeds})\n")
+        print("| group | method | F1 | precision | recall | covering | FP / 1000 runs |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for group, by_method in result[key].items():
+            for method, s in by_method.items():
+                print(
+                    f"| {group} | {method} | {fmt(s['f1'])} | {fmt(s['precision'])} | "
+                    f"{fmt(s['recall'])} | {fmt(s['covering'])} | {fmt(s['fp_per_1000'])} |"
+                )
+    print("\nstep recall by size in noise sigma (groups mixed + steps)\n")
+    methods = list(result["recall_by_sigma"])
+    print("| size | changes | " + " | ".join(methods) + " |")
+    print("|---|---:|" + "---:|" * len(methods))
+    for i, (label, _, count) in enumerate(result["recall_by_sigma"][methods[0]]):
+        cells = [fmt(result["recall_by_sigma"][m][i][1]) for m in methods]
+        print(f"| {label} | {count} | " + " | ".join(cells) + " |")
+    print("\nsmallest change found / largest missed (groups mixed + steps)\n")
+    for method, e in result["extremes"].items():
+        print(
+            f"{method}: smallest found {e['smallest_caught_sigmas']:.2f} sigma, "
+            f"{e['smallest_caught_percent']:.2f} %; largest missed "
+            f"{e['largest_missed_sigmas']:.2f} sigma, {e['largest_missed_percent']:.2f} %"
+        )
+    print(f"\ncompat mode differs from Otava on {result['compat_differs_from_otava']} histories")
+    print("seconds: " + ", ".join(f"{m} {s:.1f}" for m, s in result["seconds"].items()))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="1000:1200", help="seed range START:STOP per group")
+    parser.add_argument("--orig-seeds", default="", help="seed range for Otava's permutation mode")
+    parser.add_argument("--margin", type=int, default=5)
+    parser.add_argument("--variant", action="append", default=[], help="NAME=key:value,...")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    result = run(args)
+    report(result)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""The change points the dashboard shows: `perfwatch analyze` on the stored history.
+
+A verdict carries the numbers a change point had when it was published; the
+history has grown since. The dashboard therefore shows the numbers the
+detector gives on the whole stored history now, with the parameters the
+processor uses for the series (`perfwatch analyze`'s defaults unless the
+configuration's `[analyzer]` rules say otherwise), so each change point has
+one set of numbers, equal to `perfwatch analyze`'s on the same runs.
+
+Episodes pair a regression with the later change that returns the metric to
+its old level (within the noise of the segments either side, or better): a
+regression fixed a few runs later is shown as one episode, and a series'
+status is its worst open regression rather than the direction of its latest
+change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from perfwatch.config import Config
+from perfwatch.detectors.edivisive import EDivisiveParams, classify_direction, detect_change_points
+from perfwatch.state import Point, SeriesKey
+
+# Statuses, worst first: the overview sorts by this rank.
+STATUSES = ("regression", "changed", "improvement", "fixed", "stable")
+# Analyses kept (LRU): a page load re-reads the store but analyses only grown series.
+_CACHED_ANALYSES = 4096
+
+
+def metric_direction_from_evidence(evidence: Mapping[str, Any]) -> str | None:
+    """The metric's direction a change point's evidence implies: a regression that went
+    up is on a lower-is-better metric, and so on; None when the evidence says nothing."""
+    label = evidence.get("direction")
+    change = evidence.get("forward_change_percent")
+    if label not in ("regression", "improvement") or not isinstance(change, int | float):
+        return None
+    if change == 0 or not math.isfinite(change):
+        return None
+    went_up = change > 0
+    return "lower_is_better" if went_up == (label == "regression") else "higher_is_better"
+
+
+class ChangePointAnalysis:
+    """Change points of stored series, computed as `perfwatch analyze` computes them."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or Config()
+        self._cache: OrderedDict[tuple[str, str, str], list[dict[str, Any]]] = OrderedDict()
+
+    def params_for(self, key: SeriesKey) -> EDivisiveParams:
+        """The parameters the processor analyses the series with."""
+        return EDivisiveParams.from_dict(self.config.analyzer_params_for(key.test, key.metric))
+
+    def change_points(
+        self, key: SeriesKey, points: Sequence[Point], direction: str | None
+    ) -> list[dict[str, Any]]:
+        """The series' change points, oldest first: the fields of `perfwatch analyze
+        --format json` and the run id of the first run after the change."""
+        if len(points) < 2:
+            return []
+        values = np.array([point.value for point in points], dtype=np.float64)
+        params = self.params_for(key)
+        cache_key = (
+            key.canonical,
+            repr(sorted(params.to_dict().items())),
+            hashlib.sha256(values.tobytes()).hexdigest(),
+        )
+        found = self._cache.get(cache_key)
+        if found is None:
+            found = [change.to_dict() for change in detect_change_points(values, params)]
+            self._cache[cache_key] = found
+            if len(self._cache) > _CACHED_ANALYSES:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(cache_key)
+        result = []
+        for change in found:
+            point = points[change["index"]]
+            result.append(
+                {
+                    **change,
+                    "run_id": point.run_id,
+                    "commit": point.commit,
+                    "time": point.time,
+                    "direction": classify_direction(change["forward_change_percent"], direction),
+                }
+            )
+        return result
+
+    def direction_for(
+        self, metric: str, declared: str | None, evidence: Sequence[Mapping[str, Any]]
+    ) -> str | None:
+        """The metric's direction: as the records declared it (kept by the processor, or
+        else implied by the evidence of the series' verdicts, latest first), else the
+        configuration's `[directions]`."""
+        if declared is not None:
+            return declared
+        for block in reversed(evidence):
+            direction = metric_direction_from_evidence(block)
+            if direction is not None:
+                return direction
+        return self.config.direction_for(metric)
+
+
+def _returns_to(
+    regression: Mapping[str, Any], change: Mapping[str, Any], step_share: float | None
+) -> bool:
+    """Whether `change` brings the metric back to the level before `regression`: the
+    level after it is no worse than the old one by more than the noise (the larger
+    stddev of the two segments) nor by more than `step_share` of the regression."""
+    old = regression["mean_before"]
+    step = regression["mean_after"] - old
+    worse_by = (change["mean_after"] - old) * (1.0 if step > 0 else -1.0)
+    allowed = max(regression["stddev_before"], change["stddev_after"])
+    if step_share is not None:
+        allowed = min(allowed, step_share * abs(step))
+    return worse_by <= allowed
+
+
+def episodes(
+    change_points: Sequence[Mapping[str, Any]], step_share: float | None = 0.5
+) -> list[dict[str, Any]]:
+    """The change points as episodes, oldest first.
+
+    A regression is an episode, open until a later improvement returns the
+    metric to its old level (see `_returns_to`; `step_share` None: within the
+    noise alone): that improvement closes it (and any regression opened after
+    it) as fixed instead of being an episode of its own. Other improvements and
+    changes of unknown direction are episodes by themselves.
+    """
+    result: list[dict[str, Any]] = []
+    open_regressions: list[dict[str, Any]] = []
+    for change in sorted(change_points, key=lambda cp: int(cp["index"])):
+        direction = change["direction"]
+        if direction == "improvement":
+            fixed = next(
+                (r for r in open_regressions if _returns_to(r["change"], change, step_share)),
+                None,
+            )
+            if fixed is not None:
+                closed = open_regressions[open_regressions.index(fixed) :]
+                del open_regressions[open_regressions.index(fixed) :]
+                for episode in closed:
+                    episode["fixed_by"] = change
+                continue
+        episode = {
+            "kind": direction if direction in ("regression", "improvement") else "changed",
+            "change": change,
+            "fixed_by": None,
+        }
+        result.append(episode)
+        if direction == "regression":
+            open_regressions.append(episode)
+    return [_episode_dict(episode) for episode in result]
+
+
+def _episode_dict(episode: Mapping[str, Any]) -> dict[str, Any]:
+    change, fixed_by = episode["change"], episode["fixed_by"]
+    text = f"{episode['kind']} {change['forward_change_percent']:+.1f}% at run {change['index']}"
+    if fixed_by is not None:
+        text += f", fixed at run {fixed_by['index']}"
+    elif episode["kind"] == "regression":
+        text += " (open)"
+    return {
+        "kind": episode["kind"],
+        "index": change["index"],
+        "run_id": change["run_id"],
+        "forward_change_percent": change["forward_change_percent"],
+        "open": episode["kind"] == "regression" and fixed_by is None,
+        "fixed_index": None if fixed_by is None else fixed_by["index"],
+        "fixed_run_id": None if fixed_by is None else fixed_by["run_id"],
+        "text": text,
+    }
+
+
+def status_of(series_episodes: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, Any] | None]:
+    """The series' status and the episode it comes from.
+
+    "regression" while a regression is open (the largest open one), else the
+    latest episode's: "fixed" (a regression that was fixed), "improvement",
+    "changed" (direction unknown); "stable" without change points.
+    """
+    opened = [e for e in series_episodes if e["open"]]
+    if opened:
+        worst = max(opened, key=lambda e: abs(e["forward_change_percent"]))
+        return "regression", dict(worst)
+    if not series_episodes:
+        return "stable", None
+    latest = dict(series_episodes[-1])
+    return ("fixed" if latest["kind"] == "regression" else latest["kind"]), latest

@@ -1,0 +1,250 @@
+"""Faults at the edges, over the in-memory ports: a broker that stops answering, a run id
+sent again with other values, text the store cannot hold.
+
+A processor must outlive a broker outage of any length (it backs off and keeps its
+outbox), and a record it cannot apply must reach the dead-letter topic at once with
+a reason naming the field, not fail in the store until its redeliveries run out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from _processor_support import (
+    history,
+    processor_config,
+    record_bytes,
+    running_in_thread,
+    wait_until,
+)
+from perfwatch.adapters.pulsar_admin import prepare_topics
+from perfwatch.config import Config, TopicsConfig
+from perfwatch.processor.loop import FIRST_BACKOFF_S, MAX_BACKOFF_S, Processor
+from perfwatch.processor.memory import MemoryDeadLetterSink, MemoryRecordTopic, MemoryVerdictSink
+from perfwatch.state import SeriesKey, StateStore, open_store
+
+TOPICS = {"records": "records", "verdicts": "verdicts", "dead_letter": "dead-letter"}
+BAD_RECORD = b'{"schema": "perfwatch.record/v1"}'
+
+
+@dataclass
+class Ports:
+    store: StateStore
+    records: MemoryRecordTopic
+    verdicts: MemoryVerdictSink
+    dead_letters: MemoryDeadLetterSink
+
+    def processor(self, config: Config) -> Processor:
+        return Processor(
+            config, self.store, self.records.source(), self.verdicts, self.dead_letters
+        )
+
+    def unreachable(self, down: bool) -> None:
+        self.records.unreachable = self.verdicts.unreachable = down
+        self.dead_letters.unreachable = down
+
+
+@contextmanager
+def ports(messages: Sequence[tuple[str, bytes]], batch_size: int = 10) -> Iterator[Ports]:
+    with tempfile.TemporaryDirectory() as folder:
+        store = open_store(f"sqlite:///{Path(folder) / 'state.db'}")
+        try:
+            records = MemoryRecordTopic(batch_size=batch_size)
+            for key, payload in messages:
+                records.publish(payload, key=key)
+            yield Ports(store, records, MemoryVerdictSink(), MemoryDeadLetterSink())
+        finally:
+            store.close()
+
+
+def config() -> Config:
+    return processor_config("sqlite:///unused", TOPICS, name="proc-a")
+
+
+def outage_messages() -> list[tuple[str, bytes]]:
+    messages, _ = history(tests=2, metrics=2, runs=40, seed=11)
+    return [*messages, ("bad", BAD_RECORD)]
+
+
+def drained(p: Ports) -> bool:
+    return not p.records.unacknowledged() and not p.store.unpublished()
+
+
+FAILED = "the broker failed; retrying later"
+
+
+def test_a_broker_outage_with_verdicts_in_flight_never_stops_the_processor(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    messages = outage_messages()
+    with ports(messages) as reference:
+        with running_in_thread(reference.processor(config())) as runner:
+            runner.wait_until(lambda: drained(reference), "the reference run", 60)
+        expected_ids = [v.properties["verdict_id"] for v in reference.verdicts.verdicts]
+        expected_points = points(reference.store)
+    assert expected_ids, "the data must produce verdicts"
+
+    caplog.set_level(logging.INFO, logger="perfwatch")
+    half = (len(messages) - 1) // 2
+    with ports(messages[:half]) as p:
+        p.unreachable(True)  # down from the start: the processor waits for it
+        with running_in_thread(p.processor(config())) as runner:
+            wait_until(lambda: failures(caplog) >= 2, 30, "two failed starts")
+            p.unreachable(False)
+            wait_until(lambda: drained(p), 30, "the first half")
+            # The verdicts topic stops answering; the records keep coming, so
+            # verdicts are in flight when the sends time out.
+            p.verdicts.unreachable = True
+            before = failures(caplog)
+            for key, payload in messages[half:-1]:
+                p.records.publish(payload, key=key)
+            wait_until(lambda: failures(caplog) >= before + 3, 60, "three failed retries")
+            assert p.store.unpublished(), "the outbox keeps what the broker did not confirm"
+            assert not runner.errors, runner.errors
+            p.verdicts.unreachable = False
+            wait_until(lambda: drained(p), 60, "the second half after the outage")
+            # The dead-letter topic stops answering when a bad record comes.
+            p.dead_letters.unreachable = True
+            before = failures(caplog)
+            p.records.publish(messages[-1][1], key=messages[-1][0])
+            wait_until(lambda: failures(caplog) >= before + 2, 60, "two failed retries")
+            p.dead_letters.unreachable = False
+            wait_until(lambda: drained(p), 60, "all records")
+
+        ids = [v.properties["verdict_id"] for v in p.verdicts.verdicts]
+        assert sorted(ids) == sorted(expected_ids)
+        assert len(ids) == len(set(ids)), "a verdict published twice"
+        assert points(p.store) == expected_points
+        assert set(p.records.acknowledgements.values()) == {1}
+        assert [payload for payload, _, _ in p.dead_letters.messages] == [BAD_RECORD]
+
+    logged = [r for r in caplog.records if r.getMessage() == FAILED]
+    assert runner.metrics.broker_failures_total() == len(logged)
+    waits = [r.__dict__["retry_in_s"] for r in logged]
+    assert waits[0] == FIRST_BACKOFF_S and 4 * FIRST_BACKOFF_S in waits
+    for previous, wait in itertools.pairwise(waits):
+        # doubling after each failure in a row, from the start after a success
+        assert wait in (FIRST_BACKOFF_S, min(2 * previous, MAX_BACKOFF_S))
+    doing = {r.__dict__["doing"] for r in logged}
+    assert doing == {"starting", "handling a batch", "publishing the outbox"}
+
+
+def points(store: StateStore) -> dict[SeriesKey, int]:
+    return {key: len(store.series_points(key)) for key in store.series_keys()}
+
+
+def failures(caplog: pytest.LogCaptureFixture) -> int:
+    return sum(r.getMessage() == FAILED for r in caplog.records)
+
+
+def test_recovery_at_start_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    messages, _ = history(tests=1, metrics=2, runs=40, seed=3)
+    with ports(messages, batch_size=len(messages)) as p:
+        first = p.processor(config())
+        first.start()
+        p.verdicts.unreachable = True  # the verdicts are committed but never confirmed
+        assert first.poll_once() == len(messages)
+        first.close()
+        committed = len(p.store.unpublished())
+        assert committed > 0
+        p.verdicts.unreachable = False
+
+        caplog.set_level(logging.INFO, logger="perfwatch")
+        second = p.processor(config())
+        second.start()
+        second.close()
+        assert not p.store.unpublished()
+    [recovered] = [r.__dict__ for r in caplog.records if r.getMessage() == "outbox recovered"]
+    assert (recovered["found"], recovered["already_on_topic"], recovered["published"]) == (
+        committed,
+        0,
+        committed,
+    )
+    assert recovered["left_for_later"] == 0
+
+
+def test_a_run_id_sent_again_with_other_values_is_dead_lettered_as_a_conflict() -> None:
+    first = record_bytes("api", 1, {"p99": 100.0, "p50": 50.0})
+    copy = record_bytes("api", 1, {"p99": 100.0, "p50": 50.0})
+    other = record_bytes("api", 1, {"p99": 120.0, "p50": 50.0})
+    moved = orjson.loads(first)
+    moved["commit"] = "c99999"
+    later = record_bytes("api", 2, {"p99": 101.0, "p50": 51.0})
+    messages = [("api", first), ("api", copy), ("api", other), ("api", orjson.dumps(moved))]
+    with ports([*messages, ("api", later)]) as p:
+        processor = p.processor(config())
+        processor.start()
+        while processor.poll_once():
+            pass
+        processor.close()
+        assert not p.records.unacknowledged()
+        reasons = [
+            (
+                props["perfwatch.error.kind"],
+                props["perfwatch.error.path"],
+                props["perfwatch.error.message"],
+            )
+            for _, _, props in p.dead_letters.messages
+        ]
+        assert [payload for payload, _, _ in p.dead_letters.messages] == [
+            other,
+            orjson.dumps(moved),
+        ]
+        (kind, path, message), (kind2, path2, message2) = reasons
+        assert (kind, path) == ("run_conflict", "$.metrics.p99.value")
+        assert "'api#1'" in message and "stored 100.0, now 120.0" in message
+        assert (kind2, path2) == ("run_conflict", "$.commit")
+        assert "stored 'c00001', now 'c99999'" in message2
+        # The first record's values stay; the copy changed nothing; the later run went in.
+        for key in p.store.series_keys():
+            values = [point.value for point in p.store.series_points(key)]
+            assert values == ([100.0, 101.0] if key.metric == "p99" else [50.0, 51.0])
+
+
+@pytest.mark.parametrize(
+    ("field", "path"),
+    [("test", "$.test"), ("run_id", "$.run_id"), ("metric", '$.metrics["p\\u000099"]')],
+)
+def test_a_nul_character_is_dead_lettered_at_once_naming_the_field(field: str, path: str) -> None:
+    document = orjson.loads(record_bytes("api", 1, {"p99": 100.0}))
+    if field == "metric":
+        document["metrics"] = {"p\x0099": document["metrics"]["p99"]}
+    else:
+        document[field] = document[field] + "\x00x"
+    payload = orjson.dumps(document)
+    with ports([("api", payload)]) as p:
+        processor = p.processor(config())
+        processor.start()
+        processor.poll_once()
+        processor.close()
+        [(_, _, props)] = p.dead_letters.messages
+        assert props["perfwatch.error.kind"] == "schema"
+        assert props["perfwatch.error.path"] == path
+        assert "NUL" in props["perfwatch.error.message"]
+        assert props["perfwatch.source.redelivery_count"] == "0"
+        assert p.store.series_keys() == []
+
+
+def test_an_admin_api_that_does_not_answer_is_logged_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    topics = TopicsConfig(verdicts="persistent://t/n/verdicts", dead_letter="persistent://t/n/dlq")
+    prepare_topics(url, topics)
+    warned = [(r.getMessage(), r.__dict__["topic"]) for r in caplog.records]
+    assert warned == [
+        ("could not create the topic; its policies cannot be set before it exists", topic)
+        for topic in (topics.verdicts, topics.verdicts, topics.dead_letter)
+    ]

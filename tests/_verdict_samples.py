@@ -43,7 +43,7 @@ def verdict(
 ) -> dict[str, Any]:
     """A verdict of `kind`, valid against the verdict schema."""
     blocks: dict[str, Any] = {}
-    if kind in ("change_point.detected", "change_point.updated"):
+    if kind in ("change_point.detected", "change_point.confirmed", "change_point.updated"):
         blocks["change_point"] = evidence(direction, change)
     if kind in ("change_point.updated", "change_point.retracted"):
         blocks["previous"] = evidence(direction, change / 2)

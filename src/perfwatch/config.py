@@ -202,21 +202,33 @@ class SeriesConfig(Section):
 
 
 class VerdictsConfig(Section):
-    """When a change point found again is reported as moved ("updated")."""
+    """When a change point is confirmed, and when one found again is reported as updated."""
 
     max_move: int = setting(
         5, "A change point moved at most this many runs (same sign) is updated.", ge=0
     )
+    confirm_runs: int = setting(
+        5, "Runs a detected change point must stay at its run before it is confirmed.", ge=0
+    )
+    confirm_max_pvalue: float = setting(
+        1e-6, "... and the p-value it must have then at most.", gt=0, le=1
+    )
     change_rel_tolerance: float = setting(
-        0.25, "Relative change of the forward change that counts as updated.", ge=0
+        0.1, "Relative change of the forward change that counts as updated.", ge=0
     )
     change_abs_tolerance_pct: float = setting(
-        1.0, "... and absolute change, in percentage points.", ge=0
+        0.5, "... and absolute change, in percentage points.", ge=0
     )
     pvalue_decades: float = setting(
-        3.0, "P-value move, in orders of magnitude, that counts as updated.", ge=0
+        1.0, "P-value move, in orders of magnitude, that counts as updated.", ge=0
     )
     pvalue_floor: float = setting(1e-9, "P-values below count as this.", gt=0)
+    fix_share: float = setting(
+        0.5,
+        "A change after a regression back to within this share of its step fixes it.",
+        gt=0,
+        le=1,
+    )
 
     def policy(self) -> VerdictPolicy:
         from perfwatch.contract.verdicts import VerdictPolicy

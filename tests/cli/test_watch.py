@@ -22,6 +22,7 @@ from perfwatch.adapters.verdict_feed import (
     VerdictFilter,
     is_regression,
     parse_since,
+    summary_fields,
 )
 from perfwatch.brokers.admin import admin_request
 from perfwatch.brokers.handle import BrokerHandle, make_client
@@ -99,6 +100,36 @@ def test_filters() -> None:
     later = verdict(emitted_at=EMITTED_AT + timedelta(hours=2))
     assert not VerdictFilter(since=EMITTED_AT + timedelta(hours=1)).accepts(regression)
     assert VerdictFilter(since=EMITTED_AT + timedelta(hours=1)).accepts(later)
+
+
+def test_alerts_only_keeps_confirmed_findings_and_verdicts_without_a_lifecycle() -> None:
+    def with_finding(document: dict, confirmed: bool, changed: list[str] | None = None) -> dict:
+        finding = {"id": "ab" * 16, "state": "x", "confirmed": confirmed}
+        return {**document, "finding": {**finding, **({"changed": changed} if changed else {})}}
+
+    unconfirmed = with_finding(verdict(), False)
+    confirmed = with_finding(verdict("change_point.confirmed"), True)
+    pvalue_only = with_finding(verdict("change_point.updated"), True, ["pvalue"])
+    resized = with_finding(verdict("change_point.updated"), True, ["size", "pvalue"])
+    old_style = verdict("change_point.updated")  # from a perfwatch before the lifecycle
+    counters = verdict("counter_regression.detected")
+    everything = [unconfirmed, confirmed, pvalue_only, resized, old_style, counters]
+    alerts = VerdictFilter(alerts_only=True)
+    assert [d for d in everything if alerts.accepts(d)] == [confirmed, resized, old_style, counters]
+    assert [summary_fields(d)["detail"] for d in everything[:5]] == [
+        "(unconfirmed)",
+        "(confirmed)",
+        "(updated: pvalue)",
+        "(updated: size, pvalue)",
+        "(moved)",
+    ]
+
+
+def test_forward_alerts_by_default_and_watch_shows_every_event() -> None:
+    forward_help = CliRunner().invoke(main, ["forward", "--help"], terminal_width=200).output
+    watch_help = CliRunner().invoke(main, ["watch", "--help"], terminal_width=200).output
+    assert "[default: alerts-only]" in forward_help
+    assert "[default: all-events]" in watch_help
 
 
 def test_a_repeated_verdict_id_is_seen_once() -> None:

@@ -94,6 +94,10 @@ def verdict_doc(kind: str) -> dict[str, Any]:
     }
     evidence = {
         "change_point.detected": {"change_point": change_point_block()},
+        "change_point.confirmed": {
+            "change_point": change_point_block(),
+            "finding": {"id": "0123456789abcdef", "state": "confirmed", "confirmed": True},
+        },
         "change_point.updated": {
             "change_point": change_point_block(13),
             "previous": change_point_block(12),
@@ -103,6 +107,10 @@ def verdict_doc(kind: str) -> dict[str, Any]:
         "counter_check.passed": {"counter_check": {"verdict": "pass", "clusters": []}},
         "recommendation": {
             "recommendation": {"decision": "run", "run_share": 0.6, "votes": []},
+        },
+        **{
+            kind: {"incident": {"id": "0123456789abcdef", "commit": "c1", "members": []}}
+            for kind in ("incident.opened", "incident.updated")
         },
     }[kind]
     doc.update(evidence)
@@ -333,11 +341,14 @@ def test_each_verdict_kind_is_valid_with_its_evidence(kind: str) -> None:
     ("kind", "required"),
     [
         ("change_point.detected", "change_point"),
+        ("change_point.confirmed", "change_point"),
         ("change_point.updated", "previous"),
         ("change_point.retracted", "previous"),
         ("counter_regression.detected", "counter_check"),
         ("counter_check.passed", "counter_check"),
         ("recommendation", "recommendation"),
+        ("incident.opened", "incident"),
+        ("incident.updated", "incident"),
     ],
 )
 def test_each_verdict_kind_requires_its_evidence(kind: str, required: str) -> None:

@@ -315,7 +315,11 @@ def test_series_detail_segments_match_the_points(filled_store: StateStore) -> No
     assert (before["start"], before["stop"], after["stop"]) == (0, STEP_AT, RUNS)
     assert before["mean"] == pytest.approx(values[:STEP_AT].mean())
     assert after["stddev"] == pytest.approx(values[STEP_AT:].std())
-    assert [v["kind"] for v in detail["verdicts"]] == ["change_point.detected"]
+    assert [v["kind"] for v in detail["verdicts"]] == [
+        "incident.opened",
+        "change_point.confirmed",
+        "change_point.detected",
+    ]
     assert (
         queries.series_detail(filled_store, SeriesKey.of("nope", "x"), ChangePointAnalysis())
         is None

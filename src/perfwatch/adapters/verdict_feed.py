@@ -52,9 +52,47 @@ def is_regression(verdict: Mapping[str, Any]) -> bool:
     kind = verdict.get("kind")
     if kind == "counter_regression.detected":
         return True
-    if kind in ("change_point.detected", "change_point.updated"):
+    if kind in ("change_point.detected", "change_point.confirmed", "change_point.updated"):
         return _block(verdict, "change_point").get("direction") == "regression"
     return False
+
+
+def is_alert(verdict: Mapping[str, Any]) -> bool:
+    """Whether alerting consumers act on the verdict.
+
+    Not: a change point's verdict whose finding is not confirmed (yet, or ever:
+    retracted unconfirmed); the confirmation, move or retraction of a finding in
+    an incident (the incident's own verdict says it, once for all its series);
+    an update that changed only the p-value; an incident's update unless it
+    grew to a power of two series (2, 4, 8, ...) or emptied (a change confirmed in
+    40 series one after the other posts 6 messages, each with every series so far).
+    A verdict without a finding block comes from a perfwatch before findings had
+    a lifecycle: an alert.
+    """
+    kind = str(verdict.get("kind", ""))
+    if kind == "incident.updated":
+        return _incident_grew_or_ended(_block(verdict, "incident"))
+    if not kind.startswith("change_point."):
+        return True
+    finding = _block(verdict, "finding")
+    if finding.get("confirmed", True) is not True:
+        return False
+    changed = finding.get("changed")
+    changed = set(changed) if isinstance(changed, list) else set()
+    if changed and "moved" not in changed:
+        return not changed <= {"pvalue"}
+    return "incident" not in finding
+
+
+def _incident_grew_or_ended(incident: Mapping[str, Any]) -> bool:
+    def count(name: str) -> int:
+        value = incident.get(name)
+        return len(value) if isinstance(value, list) else 0
+
+    after = count("members")
+    before = after - count("joined") + count("left")
+    # grew past a power of two: 1, 2, 4, 8, ... series
+    return after == 0 or (after > before and before < 1 << (after.bit_length() - 1))
 
 
 def _block(verdict: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -70,8 +108,11 @@ class VerdictFilter:
     kinds: Sequence[str] = ()  # exact kinds, or a family such as "change_point"
     regressions_only: bool = False
     since: datetime | None = None
+    alerts_only: bool = False  # see is_alert
 
     def accepts(self, verdict: Mapping[str, Any]) -> bool:
+        if self.alerts_only and not is_alert(verdict):
+            return False
         test = str(_block(verdict, "series").get("test", ""))
         if self.tests and not any(fnmatch.fnmatchcase(test, glob) for glob in self.tests):
             return False
@@ -128,6 +169,11 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
         "run_id": str(verdict.get("record_run_id", "")),
     }
     fields["label"], fields["detail"] = _label_and_detail(kind, verdict, direction)
+    if kind.startswith("incident."):
+        # about many series: the one whose change caused this event is not the point
+        fields["commit"] = str(_block(verdict, "incident").get("commit", ""))[:12]
+        fields["summary"] = f"{fields['label']} {fields['detail']}"
+        return fields
     fields["summary"] = " ".join(
         part
         for part in (
@@ -151,19 +197,75 @@ def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> 
         if action == "retracted":
             return "RETRACTED", f"({direction} no longer seen)"
         label = {"regression": "REGRESSION", "improvement": "IMPROVEMENT"}.get(direction, "CHANGE")
-        return label, "(moved)" if action == "updated" else ""
+        episode = _block(verdict, "episode")
+        fix = _block(episode, "fix")
+        if fix:
+            regression = _block(episode, "regression")
+            label = "FIXED" if direction != "regression" else label
+            return label, (
+                f"(regression {_percent(regression.get('forward_change_percent'))} at run "
+                f"{regression.get('run_id', '?')}, fixed at run {fix.get('run_id', '?')})"
+            )
+        finding = _block(verdict, "finding")
+        changed = finding.get("changed")
+        if action == "updated":
+            # an update without a finding block (an older perfwatch) is a move
+            if not isinstance(changed, list) or "moved" in changed:
+                return label, "(moved)"
+            return label, f"(updated: {', '.join(map(str, changed))})"
+        if finding.get("confirmed") is False:
+            return label, "(unconfirmed)"
+        return label, "(confirmed)" if action == "confirmed" else ""
     if kind.startswith("counter_"):
         check = _block(verdict, "counter_check")
         clusters = check.get("clusters")
         count = f", {len(clusters)} cluster(s)" if isinstance(clusters, list) else ""
         label = "REGRESSION" if kind == "counter_regression.detected" else "PASSED"
         return label, f"(counters: {check.get('verdict', '?')}{count})"
+    if kind.startswith("incident."):
+        return "INCIDENT", _incident_detail(_block(verdict, "incident"))
     if kind == "recommendation":
         advice = _block(verdict, "recommendation")
         share = advice.get("run_share")
         votes = f"{share:.0%} of votes say run" if isinstance(share, int | float) else ""
         return str(advice.get("decision", "?")).upper(), f"({votes})" if votes else ""
     return kind.upper(), ""
+
+
+_INCIDENT_MEMBERS_SHOWN = 10
+
+
+def _incident_detail(incident: Mapping[str, Any]) -> str:
+    """`commit abc: 3 series: REGRESSION t/m +5.0%, ...` (the first ten, then how many more)."""
+    members = incident.get("members")
+    members = members if isinstance(members, list) else []
+    parts = [_member_text(m) for m in members[:_INCIDENT_MEMBERS_SHOWN] if isinstance(m, Mapping)]
+    if len(members) > _INCIDENT_MEMBERS_SHOWN:
+        parts.append(f"and {len(members) - _INCIDENT_MEMBERS_SHOWN} more")
+    joined = incident.get("joined")
+    news = f" ({len(joined)} new)" if isinstance(joined, list) and joined else ""
+    commit = str(incident.get("commit", "?"))[:12]
+    return f"(commit {commit}: {len(members)} series{news}: {', '.join(parts)})"
+
+
+def _member_text(member: Mapping[str, Any]) -> str:
+    """`REGRESSION t m +5.0%`, or `FIXED t m -4.8% (regression +5.0% at run R)`."""
+    fixes = _block(member, "fixes")
+    label = "FIXED" if fixes else str(member.get("direction", "")).upper()
+    fixed = (
+        f"(regression {_percent(fixes.get('forward_change_percent'))} at run "
+        f"{fixes.get('run_id', '?')})"
+        if fixes
+        else ""
+    )
+    parts = (
+        label,
+        str(member.get("test", "?")),
+        str(member.get("metric", "")),
+        _percent(member.get("forward_change_percent")),
+        fixed,
+    )
+    return " ".join(part for part in parts if part)
 
 
 def receive_messages(

@@ -29,13 +29,18 @@ SETTLE_TIMEOUT_S = 120.0
 
 _KIND_LABELS = {
     "change_point.detected": "DETECTED ",
+    "change_point.confirmed": "CONFIRMED",
     "change_point.updated": "UPDATED  ",
     "change_point.retracted": "RETRACTED",
 }
 
 
 def describe_verdict(document: dict[str, Any]) -> str:
-    """One line for a change-point verdict."""
+    """One line for a change-point or incident verdict."""
+    if document["kind"].startswith("incident."):
+        from perfwatch.adapters.verdict_feed import summary_fields
+
+        return summary_fields(document)["summary"]
     series = document["series"]
     name = f"{series['test']} {series['metric']}"
     label = _KIND_LABELS.get(document["kind"], document["kind"])

@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     show_default="<verdicts topic>-<subscription>-DLQ",
     help="Topic the verdicts the webhook keeps refusing go to.",
 )
-@verdict_source_options
+@verdict_source_options(alerts_only=True)
 def forward(
     source: VerdictSource,
     webhook: str,
@@ -93,7 +93,12 @@ def forward(
     subscription: str,
     undeliverable_topic: str | None,
 ) -> None:
-    """POST every verdict to --webhook, in order, retrying with exponential back-off.
+    """POST each verdict to --webhook, in order, retrying with exponential back-off.
+
+    By default only what alerting acts on: one message per incident (the
+    confirmed change points of all series at a commit) as it opens and grows,
+    confirmed change points without a commit, their updates beyond the p-value,
+    and the other detectors' verdicts (--all-events: every verdict).
 
     A verdict is acknowledged only once the webhook answered 2xx; one still
     refused after --max-attempts tries (or refused with a 4xx other than 408/429)

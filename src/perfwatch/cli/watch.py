@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 _COLOURS = {
     "REGRESSION": "red",
     "IMPROVEMENT": "green",
+    "FIXED": "green",
     "PASSED": "green",
     "SKIP": "green",
     "RUN": "yellow",
@@ -80,10 +81,15 @@ class VerdictSource:
         return pulsar.InitialPosition.Latest
 
 
-def verdict_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def verdict_source_options(
+    *, alerts_only: bool
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Add the options shared by `watch` and `forward`; the command gets them as one
-    `source: VerdictSource` argument."""
+    `source: VerdictSource` argument. `alerts_only`: the default of --alerts-only."""
+    return functools.partial(_with_source_options, alerts_only=alerts_only)
 
+
+def _with_source_options(command: Callable[..., Any], *, alerts_only: bool) -> Callable[..., Any]:
     @functools.wraps(command)
     def with_source(
         *,
@@ -91,6 +97,7 @@ def verdict_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
         tests: tuple[str, ...],
         kinds: tuple[str, ...],
         regressions_only: bool,
+        alerts: bool,
         since: str | None,
         from_earliest: bool,
         limit: int | None,
@@ -98,7 +105,7 @@ def verdict_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
         **options: Any,
     ) -> Any:
         config = load_command_config(config_path)
-        verdict_filter = _build_filter(tests, kinds, regressions_only, since)
+        verdict_filter = _build_filter(tests, kinds, regressions_only, since, alerts)
         source = VerdictSource(config, verdict_filter, from_earliest, limit, idle_timeout)
         return command(source=source, **options)
 
@@ -113,6 +120,14 @@ def verdict_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
             help=f"Only these kinds or families (change_point, ...): {', '.join(KINDS)}.",
         ),
         click.option("--regressions-only", is_flag=True, help="Only regressions."),
+        click.option(
+            "--alerts-only/--all-events",
+            "alerts",
+            default=alerts_only,
+            show_default=True,
+            help="Only what alerting acts on: incidents, confirmed change points and their "
+            "updates beyond the p-value (docs/verdicts.md); or every event.",
+        ),
         click.option(
             "--since", help="Only verdicts emitted since: 2024-05-01T02:00:00Z, 2024-05-01 or 2h."
         ),
@@ -130,7 +145,11 @@ def verdict_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _build_filter(
-    tests: tuple[str, ...], kinds: tuple[str, ...], regressions_only: bool, since: str | None
+    tests: tuple[str, ...],
+    kinds: tuple[str, ...],
+    regressions_only: bool,
+    since: str | None,
+    alerts_only: bool,
 ) -> VerdictFilter:
     families = {kind.partition(".")[0] for kind in KINDS}
     for kind in kinds:
@@ -144,7 +163,7 @@ def _build_filter(
         since_time = None if since is None else parse_since(since, datetime.now(UTC))
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--since") from None
-    return VerdictFilter(tests, kinds, regressions_only, since_time)
+    return VerdictFilter(tests, kinds, regressions_only, since_time, alerts_only)
 
 
 def decode_verdict(message: pulsar.Message) -> dict[str, Any] | None:
@@ -178,7 +197,7 @@ class _ReaderFeed:
 
 
 @click.command("watch")
-@verdict_source_options
+@verdict_source_options(alerts_only=False)
 @output_format_option("text: a coloured line per verdict; json: the verdict documents as they are.")
 @click.option("--color/--no-color", default=None, help="Colour the lines [default: on a terminal].")
 @click.option(

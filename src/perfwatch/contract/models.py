@@ -19,11 +19,14 @@ Direction = Literal["higher_is_better", "lower_is_better"]
 ChangeDirection = Literal["regression", "improvement", "unknown"]
 VerdictKind = Literal[
     "change_point.detected",
+    "change_point.confirmed",
     "change_point.updated",
     "change_point.retracted",
     "counter_regression.detected",
     "counter_check.passed",
     "recommendation",
+    "incident.opened",
+    "incident.updated",
 ]
 
 
@@ -230,6 +233,10 @@ class Verdict:
     previous: ChangePointEvidence | None = None
     counter_check: dict[str, Any] | None = None
     recommendation: dict[str, Any] | None = None
+    finding: dict[str, Any] | None = None
+    episode: dict[str, Any] | None = None
+    series_status: dict[str, Any] | None = None
+    incident: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, doc: Any) -> Verdict:
@@ -250,6 +257,10 @@ class Verdict:
             previous=_optional_evidence(doc.get("previous")),
             counter_check=doc.get("counter_check"),
             recommendation=doc.get("recommendation"),
+            finding=doc.get("finding"),
+            episode=doc.get("episode"),
+            series_status=doc.get("series_status"),
+            incident=doc.get("incident"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -268,6 +279,10 @@ class Verdict:
                 previous=None if self.previous is None else self.previous.to_json(),
                 counter_check=self.counter_check,
                 recommendation=self.recommendation,
+                finding=self.finding,
+                episode=self.episode,
+                series_status=self.series_status,
+                incident=self.incident,
             )
         )
         return doc

@@ -2,8 +2,9 @@
 
 For each metric of a record: insert the value into its series at its place
 (timestamp, then arrival; a run id already there changes nothing), move the
-series' incremental analyzer forward from its saved state, and diff the change
-points it now reports against the ones last published.
+series' incremental analyzer forward from its saved state, and advance the
+series' findings (contract.verdicts: detected, confirmed, updated, retracted)
+to the change points it now reports.
 """
 
 from __future__ import annotations
@@ -13,14 +14,31 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import numpy as np
+import orjson
 
 from perfwatch.config import Config
 from perfwatch.contract.models import ChangePointEvidence, Record, SeriesRef, Verdict
 from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
-from perfwatch.contract.verdicts import diff_change_points, make_verdict, shift_after_insert
+from perfwatch.contract.verdicts import (
+    BeliefChange,
+    Finding,
+    Incident,
+    advance_findings,
+    episodes_of,
+    incident_verdict,
+    joins_incident,
+    leaves_incident,
+    make_verdict,
+    shift_after_insert,
+)
 from perfwatch.detectors.analyzer import SeriesAnalyzer
 from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams, classify_direction
 from perfwatch.state import Point, SeriesKey, SeriesState, StoreTransaction
+
+INCIDENT_NAMESPACE = "incident"
+# Written before an incident is read: the row lock it takes (PostgreSQL) makes
+# processors that change one commit's incident take turns.
+INCIDENT_LOCK_NAMESPACE = "incident-lock"
 
 # Decoded analyzers kept between records (LRU); a series' saved state is
 # decoded again only when another processor changed it or it was evicted.
@@ -32,6 +50,14 @@ class RunInfo(NamedTuple):
 
     timestamp: float  # epoch seconds: the ordering key
     time: str  # RFC 3339
+
+
+class IncidentMove(NamedTuple):
+    """A belief change of a series, which may move its finding in or out of an incident."""
+
+    series: SeriesRef
+    change: BeliefChange
+    episode: dict[str, Any] | None  # the finding's regression episode, if any
 
 
 class Added(NamedTuple):
@@ -111,9 +137,11 @@ class ChangePointHandler:
             return []
         analyzers = self._advance(record, added, tx)
         verdicts: list[Verdict] = []
+        moves: list[IncidentMove] = []
         pairs = list(zip(added, analyzers, strict=True))
         for change, analyzer in pairs:
-            verdicts.extend(self._beliefs(record, change, analyzer, tx, emitted_at))
+            verdicts.extend(self._beliefs(record, change, analyzer, tx, emitted_at, moves))
+        verdicts.extend(self._incidents(record, moves, tx, emitted_at))
         tx.save_series(
             [(change.series, analyzer.to_bytes(with_values=False)) for change, analyzer in pairs]
         )
@@ -196,34 +224,98 @@ class ChangePointHandler:
         analyzer: SeriesAnalyzer,
         tx: StoreTransaction,
         emitted_at: datetime,
+        moves: list[IncidentMove],
     ) -> list[Verdict]:
-        """Diff the analyzer's change points against those last published; the verdicts."""
+        """Advance the series' findings to the analyzer's change points; the verdicts."""
         series = added.series
         series.analyzer_params = self.params_for(record.test, added.metric)[1]
         if not series.published and not analyzer.change_points_:
             return []  # the common case: no change point before or now
-        published = [ChangePointEvidence.from_json(cp) for cp in series.published]
+        key = series.key.canonical
+        findings = [Finding.from_json(doc, key) for doc in series.published]
         if added.position < added.length_before:
-            published = shift_after_insert(published, added.position)
+            findings = shift_after_insert(findings, added.position)
         direction = record.metrics[added.metric].direction or self._config.direction_for(
             added.metric
         )
-        current = self._evidence(analyzer.change_points_, published, series, tx, direction)
-        changes, new_published = diff_change_points(published, current, self._policy)
-        series.published = [cp.to_json() for cp in new_published]
+        current = self._evidence(analyzer.change_points_, findings, series, tx, direction)
+        changes, findings = advance_findings(
+            findings, current, self._policy, series_key=key, length=series.length
+        )
+        series.published = [finding.to_json() for finding in findings]
+        if not changes:
+            return []  # the usual case for a series with change points: nothing new
         ref = SeriesRef(record.test, added.metric, dict(series.key.attributes))
+        episodes = episodes_of(findings, self._policy)
+        moves.extend(
+            IncidentMove(ref, change, episodes.by_finding.get(change.finding.finding_id))
+            for change in changes
+            if change.finding is not None
+        )
         return [
             make_verdict(
                 change,
                 series=ref,
-                series_key=series.key.canonical,
+                series_key=key,
                 series_length=series.length,
                 record_run_id=record.run_id,
                 parameters=series.analyzer_params,
                 emitted_at=emitted_at,
+                episodes=episodes,
             )
             for change in changes
         ]
+
+    @staticmethod
+    def _incidents(
+        record: Record, moves: list[IncidentMove], tx: StoreTransaction, emitted_at: datetime
+    ) -> list[Verdict]:
+        """Confirmed findings join their commit's incident, retracted or moved ones
+        leave it: one incident verdict per commit whose members changed."""
+        joined: dict[str, dict[str, tuple[SeriesRef, ChangePointEvidence, Any]]] = {}
+        left: dict[str, dict[str, SeriesRef]] = {}
+        for move in moves:
+            finding = move.change.finding
+            assert finding is not None
+            gone = leaves_incident(move.change)
+            if gone is not None and gone.commit:
+                left.setdefault(gone.commit, {})[finding.finding_id] = move.series
+            came = joins_incident(move.change)
+            if came is not None and came.commit:
+                joined.setdefault(came.commit, {})[finding.finding_id] = (
+                    move.series,
+                    came,
+                    move.episode,
+                )
+        verdicts = []
+        for commit in sorted(joined.keys() | left.keys()):
+            tx.put_blob(INCIDENT_LOCK_NAMESPACE, commit, b"")
+            stored = tx.get_blob(INCIDENT_NAMESPACE, commit)
+            incident = (
+                Incident(commit, {}) if stored is None else Incident.from_json(orjson.loads(stored))
+            )
+            opened = not incident.members
+            coming = joined.get(commit, {})
+            going = {f: s for f, s in left.get(commit, {}).items() if f not in coming}
+            for finding_id in going:
+                incident.members.pop(finding_id, None)
+            for finding_id, (ref, evidence, episode) in coming.items():
+                incident.members[finding_id] = Incident.member(ref, finding_id, evidence, episode)
+            tx.put_blob(INCIDENT_NAMESPACE, commit, orjson.dumps(incident.to_json()))
+            new = [f for f in coming if f not in left.get(commit, {})]
+            cause = next(iter({**going, **{f: r for f, (r, _, _) in coming.items()}}.values()))
+            verdicts.append(
+                incident_verdict(
+                    incident,
+                    opened=opened,
+                    joined=new,
+                    left=list(going),
+                    series=cause,
+                    record_run_id=record.run_id,
+                    emitted_at=emitted_at,
+                )
+            )
+        return verdicts
 
     def _cache_after_commit(
         self, tx: StoreTransaction, series: SeriesState, analyzer: SeriesAnalyzer
@@ -241,13 +333,13 @@ class ChangePointHandler:
     @staticmethod
     def _evidence(
         change_points: list[ChangePoint],
-        published: list[ChangePointEvidence],
+        findings: list[Finding],
         series: SeriesState,
         tx: StoreTransaction,
         metric_direction: str | None,
     ) -> list[ChangePointEvidence]:
         """Change points located in the series: run id, commit and time of their first run."""
-        known = {cp.index: cp for cp in published}
+        known = {f.index: f.evidence for f in findings}
         evidence = []
         for cp in change_points:
             if cp.index in known:

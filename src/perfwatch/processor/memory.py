@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from perfwatch.processor.ports import BrokerUnavailable, InboundMessage, PublisherBusy, Receipt
 
@@ -32,6 +33,11 @@ from perfwatch.processor.ports import BrokerUnavailable, InboundMessage, Publish
 def _check_reachable(topic: MemoryRecordTopic | MemoryVerdictSink | MemoryDeadLetterSink) -> None:
     if topic.unreachable:
         raise BrokerUnavailable("TimeOut: the broker did not answer")
+
+
+if TYPE_CHECKING:
+    from perfwatch.config import Config
+    from perfwatch.state import StateStore
 
 
 @dataclass
@@ -262,3 +268,18 @@ class MemoryDeadLetterSink:
 
     def close(self) -> None:
         """Nothing to flush: every send is stored at once."""
+
+
+def drain(
+    config: Config, store: StateStore, records: MemoryRecordTopic, verdicts: MemoryVerdictSink
+) -> MemoryDeadLetterSink:
+    """Run one processor over `records` until none is left; its dead letters."""
+    from perfwatch.processor.loop import Processor
+
+    dead_letters = MemoryDeadLetterSink()
+    processor = Processor(config, store, records.source(), verdicts, dead_letters)
+    processor.start()
+    while processor.poll_once():
+        pass
+    processor.close()
+    return dead_letters

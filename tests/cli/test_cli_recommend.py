@@ -189,7 +189,8 @@ def test_a_close_vote_prints_the_command_to_sample_more(tmp_path: Path) -> None:
     write_input_profile(tmp_path / "u.json", update_file)
     status, output = invoke(
         "recommend", "--baseline", str(tmp_path / "b.json"), "--update", str(tmp_path / "u.json"),
-        "--method", "kmeans", "--n-clusters", "1",
+        "--method", "kmeans", "--n-clusters", "1", "--rule", "paper",
+        "--acceptable-slowdown", "38%",
     )  # fmt: skip
     assert status == 0, output
     assert "Advice: the vote is close (50% run)" in output

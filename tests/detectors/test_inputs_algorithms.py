@@ -129,7 +129,6 @@ def paper(**options: float) -> RunOrSkipRecommender:
     return RunOrSkipRecommender(rule="paper", acceptable_slowdown=0.38, **options)
 
 
-
 def one_cluster(profiles: list[InputProfile]) -> InputClustering:
     return InputClustering("kmeans", n_clusters=1).fit(*input_table(profiles))
 
@@ -144,9 +143,7 @@ BASELINE = [
 
 def test_votes_carry_their_reason_and_numbers() -> None:
     update = [profile("a", 100, 1.5), profile("b", 200, 2.05), profile("d", 400, 6.5)]
-    recommendation = paper(time_tolerance=0.1).recommend(
-        one_cluster(BASELINE), BASELINE, update
-    )
+    recommendation = paper(time_tolerance=0.1).recommend(one_cluster(BASELINE), BASELINE, update)
     votes = {vote.input_id: vote for vote in recommendation.votes}
     assert [vote.label for vote in recommendation.votes] == ["C11", "C12", "C13"]
     assert votes["a"].run and votes["a"].time_check
@@ -172,9 +169,7 @@ def test_all_votes_skip_gives_skip_and_no_advice() -> None:
 
 def test_a_close_vote_advises_a_larger_sample() -> None:
     update = [profile("a", 100, 2.0), profile("b", 200, 2.0)]
-    recommendation = paper().recommend(
-        one_cluster(BASELINE), BASELINE, update, per_cluster=3
-    )
+    recommendation = paper().recommend(one_cluster(BASELINE), BASELINE, update, per_cluster=3)
     assert recommendation.run_share == 0.5 and recommendation.close
     assert recommendation.decision == "run"  # a tie runs the suite
     assert recommendation.advice == {
@@ -208,9 +203,7 @@ def test_each_input_is_corrected_by_its_own_drift() -> None:
         profile("a", 100, 1.3),
         *(profile(p.input_id, p.statements, p.cpu_time_s) for p in BASELINE[1:]),
     ]
-    recommendation = paper().recommend(
-        one_cluster(BASELINE), BASELINE, now, reference=now
-    )
+    recommendation = paper().recommend(one_cluster(BASELINE), BASELINE, now, reference=now)
     assert recommendation.drift == pytest.approx(1.0)
     assert recommendation.votes[0].numbers["drift"] == pytest.approx(1.3)
     assert recommendation.run_votes == 0

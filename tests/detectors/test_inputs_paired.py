@@ -119,15 +119,16 @@ class Suite:
 
 def test_a_patch_that_adds_statements_cannot_excuse_itself() -> None:
     # An inner loop: every input executes 2.4 times the statements and takes 3.3 times as long.
-    recommendation, _ = Suite(seed=1).judge(
-        {kind: 3.3 for kind in KINDS}, extra_statements=2.4
-    )
+    recommendation, _ = Suite(seed=1).judge({kind: 3.3 for kind in KINDS}, extra_statements=2.4)
     assert recommendation.decision == "run"
     assert recommendation.run_share == 1.0
     assert recommendation.summary().startswith("RUN: slower with confidence in")
     (driver, *_) = recommendation.drivers
     assert driver.change is not None and driver.change.estimate == pytest.approx(2.3, abs=0.15)
-    assert "+2" in driver.reason and "slower beyond the acceptable 5%" in driver.reason
+    assert (
+        "+2" in driver.reason
+        and "slower beyond the acceptable 5%, the interval above 2.5%" in driver.reason
+    )
 
 
 def test_a_slowdown_confined_to_one_kind_of_input_runs() -> None:
@@ -241,9 +242,7 @@ def test_too_few_pairs_give_no_interval() -> None:
     change = paired_change([1.0] * 5, [1.5] * 5, paired=True)
     assert change.low is None and change.estimate == pytest.approx(0.5)
     assert judge_change(change, 0.05, 0.10)[0] == "slower"  # clears 1.05 x 1.10
-    assert judge_change(PairedChange(0.12, None, None, "minima", 1), 0.05, 0.10)[0] == (
-        "unchanged"
-    )
+    assert judge_change(PairedChange(0.12, None, None, "minima", 1), 0.05, 0.10)[0] == ("unchanged")
 
 
 def test_unpaired_timings_use_the_hodges_lehmann_shift() -> None:
@@ -281,3 +280,20 @@ def test_swapping_versions_inverts_the_paired_ratio(old: list[float], new: list[
     forward = paired_change(old[:n], new[:n], paired=True)
     backward = paired_change(new[:n], old[:n], paired=True)
     assert (1 + forward.estimate) * (1 + backward.estimate) == pytest.approx(1.0, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("estimate", "low", "high", "verdict"),
+    [
+        (0.08, 0.03, 0.12, "slower"),  # beyond 5%, interval above 2.5%
+        (0.08, 0.02, 0.12, "unchanged"),  # the interval reaches a negligible change
+        (0.04, 0.03, 0.05, "unchanged"),  # surely slower, but within the acceptable 5%
+        (-0.10, -0.14, -0.06, "faster"),
+        (-0.10, -0.14, 0.01, "unchanged"),
+    ],
+)
+def test_an_input_is_slower_only_with_its_interval_above_half_the_acceptable_slowdown(
+    estimate: float, low: float, high: float, verdict: str
+) -> None:
+    change = PairedChange(estimate, low, high, "paired_passes", 15)
+    assert judge_change(change, 0.05, 0.10)[0] == verdict

@@ -843,10 +843,11 @@ def judge_change(
 ) -> tuple[Verdict, str]:
     """Slower, faster or unchanged, and why.
 
-    Slower: the estimate exceeds the acceptable slow-down and the interval lies
-    wholly above no change, so noise cannot make it; faster likewise below.
-    Without an interval the estimate must clear the acceptable slow-down raised
-    by ``noise_allowance``.
+    Slower: the estimate exceeds the acceptable slow-down and the whole interval
+    lies above half of it, so neither noise nor a negligible change can make it
+    (every cluster's inputs are judged, and any one can run the suite); faster
+    likewise below. Without an interval the estimate must clear the acceptable
+    slow-down raised by ``noise_allowance``.
     """
     limit = f"the acceptable {acceptable_slowdown:.0%}"
     if change.low is None or change.high is None:
@@ -856,12 +857,13 @@ def judge_change(
         if change.estimate < -bar:
             return "faster", f"faster beyond {limit} and the noise allowance ({bar:.0%})"
         return "unchanged", f"within {limit} and the noise allowance ({bar:.0%})"
-    if change.estimate > acceptable_slowdown and change.low > 0:
-        return "slower", f"slower beyond {limit}, the interval above no change"
-    if change.estimate < -acceptable_slowdown and change.high < 0:
-        return "faster", f"faster beyond {limit}, the interval below no change"
+    margin = acceptable_slowdown / 2
+    if change.estimate > acceptable_slowdown and change.low > margin:
+        return "slower", f"slower beyond {limit}, the interval above {margin:.1%}"
+    if change.estimate < -acceptable_slowdown and change.high < -margin:
+        return "faster", f"faster beyond {limit}, the interval below -{margin:.1%}"
     if abs(change.estimate) > acceptable_slowdown:
-        return "unchanged", f"beyond {limit} but the interval includes no change: noise"
+        return "unchanged", f"beyond {limit} but the interval reaches within {margin:.1%}: noise"
     if change.low > 0:
         return "unchanged", f"slower, but within {limit}"
     return "unchanged", f"within {limit}"
@@ -912,8 +914,10 @@ class Vote:
 
 @dataclass(frozen=True)
 class ClusterJudgement:
-    """One cluster's decision under the paired rule: run when at least half of its judged
-    inputs are slower beyond the acceptable slow-down with confidence."""
+    """One cluster's decision under the paired rule: run when any of its judged inputs is
+    slower beyond the acceptable slow-down with confidence (a cluster can hold kinds of
+    input its attributes do not tell apart, and a slowdown of one kind must not be
+    outvoted by the others)."""
 
     label: int
     name: str
@@ -927,7 +931,7 @@ class ClusterJudgement:
 
     @property
     def decision(self) -> str:
-        return "run" if self.votes and 2 * self.run_votes >= len(self.votes) else "skip"
+        return "run" if self.run_votes else "skip"
 
     @property
     def verdict(self) -> Verdict:
@@ -1104,9 +1108,9 @@ class RunOrSkipRecommender(BaseEstimator):
     update, else its baseline profile) through its repeated timings
     (:func:`paired_change`). It votes run when it is slower by more than
     ``acceptable_slowdown`` (default 5%) with the interval (``confidence``)
-    above no change. Each cluster decides by its own votes (run when at least
-    half say run) and the suite runs when any cluster does, so a slowdown
-    confined to one kind of input is not outvoted by the others. The clusters
+    above no change. Each cluster decides by its own votes (run when any says
+    run) and the suite runs when any cluster does, so a slowdown confined to
+    one kind of input is not outvoted by the others. The clusters
     only place inputs, so a patch that adds statements cannot excuse itself.
     ``time_tolerance`` is the noise allowance of inputs without repeated
     timings.

@@ -110,13 +110,15 @@ def main() -> int:
     parser.add_argument("--truth-passes", type=int, default=11)
     parser.add_argument("--per-cluster", type=int, default=3)
     parser.add_argument("--acceptable-slowdown", type=float, default=0.05)
+    parser.add_argument("--code-bases", nargs="+", choices=CODE_BASES, default=CODE_BASES)
+    parser.add_argument("--updates", nargs="+", choices=tuple(UPDATES), default=tuple(UPDATES))
     args = parser.parse_args()
 
     rows = []
-    for code_base in CODE_BASES:
+    for code_base in args.code_bases:
         made = inputs(code_base, per_kind=args.per_kind, seed=args.input_seed, scale=args.scale)
         old = load(code_base)
-        updates = {name: load(code_base, name) for name in UPDATES}
+        updates = {name: load(code_base, name) for name in args.updates}
         kinds_of = sorted({kind for kind, _, _ in made.values()})
         print(f"\n== {code_base}: {len(made)} inputs of kinds {', '.join(kinds_of)}")
         truths = {}

@@ -9,9 +9,11 @@ code update is too slow. Instead:
 
 1. cluster the inputs by the program behaviour they cause (:class:`InputClustering`);
 2. on a code update, profile a seeded sample of each cluster (:func:`sample_inputs`);
-3. judge each sampled input with the paper's Algorithms 1 and 2
-   (:func:`time_threshold`, :func:`decide`) and let the votes decide
-   (:class:`RunOrSkipRecommender`).
+3. judge each sampled input against itself on the old code: its paired change
+   with a confidence interval (:func:`paired_change`, :func:`judge_change`);
+4. decide per cluster, then for the suite (:class:`RunOrSkipRecommender`).
+   The paper's own Algorithms 1 and 2 (:func:`time_threshold`, :func:`decide`)
+   remain as the recommender's ``rule="paper"``.
 
 Everything here is pure and deterministic: arrays and profiles in, results
 with ``to_dict()`` out.
@@ -145,23 +147,30 @@ class ClusterUpdate:
 
 
 class InputClustering(BaseEstimator):
-    """Cluster inputs on standardised profile attributes.
+    """Cluster inputs on scaled profile attributes.
+
+    With ``scaling="auto"`` an attribute spanning more than ``LOG_SPAN`` (its
+    largest value over its smallest positive one) is taken on a log scale;
+    every attribute is then standardised.
 
     ``fit(X, ids)``: X has one row per input and one column per name in
     ``attributes`` (:func:`input_table` makes both from profiles).  Clusters
     are numbered by ascending mean ``statements`` (the first attribute when
     statements are not among them).
 
-    Methods: ``dbscan`` (default; ``eps`` from the knee of the sorted
-    k-distances when not given, noise inputs kept as their own group),
+    Methods: ``dbscan`` (default; ``eps``, when not given, the best-scoring of
+    the knee of the sorted k-distances and some of their quantiles, see
+    :func:`_chosen_eps`; noise inputs kept as their own group),
     ``kmeans`` (k by the elbow of inertia), ``gmm`` (k by the lowest BIC) and
     ``agglomerative`` (Ward; k with the highest silhouette).
     ``n_clusters`` fixes k for the last three.
 
     Fitted attributes: ``labels_`` (input id -> cluster label), ``clusters_``
     (:class:`Cluster` list), ``attribute_rows_`` (input id -> its attribute
-    row), ``mean_`` and ``scale_`` (the standardisation), ``selection_`` (how
-    the number of clusters or DBSCAN's radius was chosen).
+    row), ``log_offset_`` (per attribute, c of log(x + c), NaN when linear),
+    ``mean_`` and ``scale_`` (the standardisation), ``selection_`` (how the
+    number of clusters or DBSCAN's radius was chosen), ``silhouette_`` (mean
+    silhouette of the clustered inputs; None with fewer than two clusters).
 
     Arriving inputs (:meth:`update`) are assigned to a cluster: with DBSCAN,
     to that of the nearest core input if it lies within ``eps``, else to

@@ -168,6 +168,29 @@ def test_a_small_slowdown_within_the_acceptable_one_skips() -> None:
     assert recommendation.decision == "skip"
 
 
+def test_a_skip_on_too_wide_an_interval_advises_a_larger_sample() -> None:
+    # median ratio 1.12, but the 4th smallest of 15 (the interval's low end) is 1.0
+    ratios = [0.9, 0.95, 1.0, 1.0, 1.12, 1.12, 1.12, 1.12, 1.12, 1.2, 1.3, 1.3, 1.3, 1.4, 1.5]
+    baseline = [
+        profile(f"in-{i}", 1000 * i, np.full(15, 0.001 * i), size=100.0 * i) for i in (1, 2, 3, 4)
+    ]
+    clustering = InputClustering("kmeans", n_clusters=1).fit(*input_table(baseline))
+    old = profile("in-2", 2000, np.full(15, 0.002), size=200.0)
+    new = profile("in-2", 2000, 0.002 * np.array(ratios), size=200.0)
+    recommendation = RunOrSkipRecommender().recommend(
+        clustering, baseline, [new], reference=[old], per_cluster=3
+    )
+    (vote,) = recommendation.votes
+    assert vote.change is not None and vote.change.estimate == pytest.approx(0.12)
+    assert vote.change.low == pytest.approx(0.0) and vote.verdict == "unchanged"
+    assert recommendation.decision == "skip" and recommendation.close
+    assert recommendation.advice == {
+        "message": "an input looked slower than acceptable, its interval too wide to tell: "
+        "profile a larger sample, 6 inputs per cluster with the same seed, and decide again",
+        "per_cluster": 6,
+    }
+
+
 # -- one giant cluster ---------------------------------------------------------------------
 
 

@@ -1018,9 +1018,17 @@ class Recommendation:
 
     @property
     def close(self) -> bool:
-        low, high = self.close_band
+        """Paired rule: a skip although some input looked slower than acceptable, its
+        interval too wide to tell; paper rule: a run share within the close band."""
         if self.rule == "paired":
-            return any(c.votes and low <= c.run_votes / len(c.votes) <= high for c in self.clusters)
+            acceptable = float(self.parameters["acceptable_slowdown"])
+            return self.decision == "skip" and any(
+                vote.verdict == "unchanged"
+                and vote.change is not None
+                and vote.change.estimate > acceptable
+                for vote in self.votes
+            )
+        low, high = self.close_band
         return bool(self.votes) and low <= self.run_share <= high
 
     @property
@@ -1029,7 +1037,7 @@ class Recommendation:
             return None
         larger = 2 * self.per_cluster
         share = (
-            "a cluster's vote is split"
+            "an input looked slower than acceptable, its interval too wide to tell"
             if self.rule == "paired"
             else f"the vote is close ({self.run_share:.0%} run)"
         )

@@ -1025,6 +1025,7 @@ class Recommendation:
             return self.decision == "skip" and any(
                 vote.verdict == "unchanged"
                 and vote.change is not None
+                and vote.change.has_interval
                 and vote.change.estimate > acceptable
                 for vote in self.votes
             )

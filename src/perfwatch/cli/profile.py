@@ -13,6 +13,7 @@ import click
 
 from perfwatch.cli.errors import EXIT_FOUND, EXIT_INTERRUPTED, InputError
 from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
+from perfwatch.cli.publish import parse_attributes
 from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.profiler.alternate import (
     AlternationError,
@@ -161,8 +162,13 @@ def profile(
         if reference is not None:
             raise click.UsageError("--old-dir measures the reference itself: drop --reference")
         versions = [
-            Version("old", old_dir.resolve(), old_python or sys.executable, _variables(old_env)),
-            Version("new", Path.cwd(), sys.executable, _variables(new_env)),
+            Version(
+                "old",
+                old_dir.resolve(),
+                old_python or sys.executable,
+                parse_attributes(old_env, "--old-env"),
+            ),
+            Version("new", Path.cwd(), sys.executable, parse_attributes(new_env, "--new-env")),
         ]
         reference_path = reference_out or output.with_name(f"{output.stem}.old{output.suffix}")
         status = _alternate(
@@ -209,16 +215,6 @@ def profile(
         _publish(record, branch, config)
     if status != 0:
         raise SystemExit(EXIT_FOUND)
-
-
-def _variables(assignments: tuple[str, ...]) -> dict[str, str]:
-    variables = {}
-    for assignment in assignments:
-        name, equals, value = assignment.partition("=")
-        if not equals or not name:
-            raise click.BadParameter(f"{assignment!r} is not NAME=VALUE", param_hint="--*-env")
-        variables[name] = value
-    return variables
 
 
 def _alternate(

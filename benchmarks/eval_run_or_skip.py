@@ -11,7 +11,8 @@ docs/run-or-skip.md §3):
 - bottleneck: a constructor copies and fingerprints every IOV's data;
 - refactor: `range(len(x))` loops become `enumerate(x)`.
 
-Expected: "run" for the bottleneck, "skip" for the refactor. Every input is
+Expected: "run" for the bottleneck, "skip" for the refactor (``--rule paper``
+judges with the paper's Algorithms 1 and 2 instead of the paired rule). Every input is
 then profiled on the old and the new code in the same rounds, to print the
 suite's real slowdown and the profiling time the sample saved.
 
@@ -47,7 +48,10 @@ def main() -> int:
     )
     parser.add_argument("--per-cluster", type=int, default=3, help="sampled inputs per cluster")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
-    parser.add_argument("--acceptable-slowdown", type=float, default=0.38)
+    parser.add_argument("--rule", choices=("paired", "paper"), default="paired")
+    parser.add_argument(
+        "--acceptable-slowdown", type=float, help="default: 0.05, with --rule paper 0.38"
+    )
     parser.add_argument("--plot-dir", type=Path, help="write cluster plots here")
     args = parser.parse_args()
 
@@ -70,7 +74,10 @@ def main() -> int:
             clustering, baseline.profiles, args.plot_dir / "clusters.png", "size", "statements"
         )
 
-    recommender = RunOrSkipRecommender(acceptable_slowdown=args.acceptable_slowdown)
+    acceptable = args.acceptable_slowdown
+    if acceptable is None:
+        acceptable = 0.38 if args.rule == "paper" else 0.05
+    recommender = RunOrSkipRecommender(rule=args.rule, acceptable_slowdown=acceptable)
     results = []
     for update in versions.UPDATES:
         result = evaluation.judge_update(
@@ -94,10 +101,9 @@ def main() -> int:
         for vote in recommendation.votes:
             print(f"  {vote.label:<4} {vote.input_id:<17} {vote.decision:<4} {vote.reason}")
         print(
-            f"Recommendation: {recommendation.decision.upper()} "
-            f"({recommendation.run_votes} of {len(recommendation.votes)} votes run, "
-            f"{recommendation.run_share:.0%}; drift {recommendation.drift:.3f}); "
-            f"expected {EXPECTED[update]}"
+            f"Recommendation: {recommendation.summary()} "
+            f"({recommendation.run_votes} of {len(recommendation.votes)} votes run; "
+            f"drift {recommendation.drift:.3f}); expected {EXPECTED[update]}"
         )
         print(
             "Real change of the suite's CPU time (every input, old and new code in the same "

@@ -44,6 +44,7 @@ LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 # The methods of perfwatch.detectors.inputs.InputClustering (not imported: it loads scikit-learn).
 ClusteringMethod = Literal["dbscan", "kmeans", "gmm", "agglomerative"]
 INPUT_CLUSTERING_METHODS: tuple[str, ...] = get_args(ClusteringMethod)
+RecommendationRule = Literal["paired", "paper"]
 CONFIG_ENV_VAR = "PERFWATCH_CONFIG"
 DEFAULT_CONFIG_FILE = "perfwatch.toml"
 ENV_PREFIX = "PERFWATCH_"
@@ -258,11 +259,25 @@ class RecommendationConfig(Section):
     per_cluster: int = setting(
         3, "Inputs per cluster in a sample (a close vote lists a sample twice as large).", ge=1
     )
+    rule: RecommendationRule = setting(
+        "paired",
+        "paired: each sampled input against itself on the old code, per cluster; paper: "
+        "the paper's time thresholds and slope check, one pooled vote.",
+    )
     acceptable_slowdown: float = setting(
-        0.38, "Largest acceptable drop of an input's slope statements/time.", ge=0
+        0.05,
+        "Largest acceptable slow-down of a sampled input (paper rule: drop of its slope "
+        "statements/time; the paper used 0.38).",
+        ge=0,
+    )
+    confidence: float = setting(
+        0.95, "Confidence of each input's interval of its paired change.", gt=0, lt=1
     )
     time_tolerance: float = setting(
-        0.1, "Share by which an input's time may exceed its cluster's threshold.", ge=0
+        0.1,
+        "Noise allowance of an input without repeated timings (paper rule: share by which "
+        "its time may exceed its cluster's threshold).",
+        ge=0,
     )
     seed: int = setting(0, "Sampling seed of the larger sample a close vote lists.")
 

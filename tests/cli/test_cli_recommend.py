@@ -129,8 +129,10 @@ def test_recommend_json_matches_the_library(
     assert (tmp_path / "clusters.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_recommend_text_prints_the_seed_table(quick_run: dict, files: dict[str, Path]) -> None:
-    decision = quick_run["judged"]["bottleneck"].recommendation.decision
+def test_recommend_text_leads_with_the_decision_and_its_clusters(
+    quick_run: dict, files: dict[str, Path]
+) -> None:
+    recommendation = quick_run["judged"]["bottleneck"].recommendation
     status, output = invoke(
         "recommend",
         "--baseline", str(files["baseline"]),
@@ -138,9 +140,25 @@ def test_recommend_text_prints_the_seed_table(quick_run: dict, files: dict[str, 
         "--reference", str(files["reference"]),
     )  # fmt: skip
     assert status == 0, output
-    assert f"Recommendation: {decision.upper()} the full performance suite" in output
+    first = output.splitlines()[0]
+    assert first == f"Recommendation: {recommendation.summary()}"
+    assert first.startswith("Recommendation: RUN: slower with confidence in")
+    assert "rule: paired; time: cpu_time_s; acceptable slowdown 5%; confidence 95%" in output
+    assert "Clusters (change of the sampled inputs" in output and "Driven by:" in output
+    assert "Cost: timing the" in output
+
+
+def test_recommend_text_prints_the_papers_seed_table(files: dict[str, Path]) -> None:
+    status, output = invoke(
+        "recommend",
+        "--baseline", str(files["baseline"]),
+        "--update", str(files["update"]),
+        "--reference", str(files["reference"]),
+        "--rule", "paper", "--acceptable-slowdown", "38%",
+    )  # fmt: skip
+    assert status == 0, output
     assert "Timethreshold" in output and "Gradient" in output
-    assert "acceptable slowdown 38%" in output
+    assert "rule: paper; time: cpu_time_s; acceptable slowdown 38%" in output
 
 
 def test_recommend_without_update_shows_clusters_and_writes_the_sample(
@@ -171,7 +189,8 @@ def test_a_close_vote_prints_the_command_to_sample_more(tmp_path: Path) -> None:
     write_input_profile(tmp_path / "u.json", update_file)
     status, output = invoke(
         "recommend", "--baseline", str(tmp_path / "b.json"), "--update", str(tmp_path / "u.json"),
-        "--method", "kmeans", "--n-clusters", "1",
+        "--method", "kmeans", "--n-clusters", "1", "--rule", "paper",
+        "--acceptable-slowdown", "38%",
     )  # fmt: skip
     assert status == 0, output
     assert "Advice: the vote is close (50% run)" in output

@@ -121,7 +121,12 @@ def test_gradient_is_undefined_without_time_or_statements() -> None:
     assert gradient_change(1.0, 100, 2.0, 100) == (100.0, 50.0, 0.5)
 
 
-# -- the recommendation -----------------------------------------------------------------------
+# -- the recommendation under the paper's rule ------------------------------------------------
+
+
+def paper(**options: float) -> RunOrSkipRecommender:
+    """The paper's literal reading: Algorithms 1 and 2, its 38% acceptable slow-down."""
+    return RunOrSkipRecommender(rule="paper", acceptable_slowdown=0.38, **options)
 
 
 def one_cluster(profiles: list[InputProfile]) -> InputClustering:
@@ -138,9 +143,7 @@ BASELINE = [
 
 def test_votes_carry_their_reason_and_numbers() -> None:
     update = [profile("a", 100, 1.5), profile("b", 200, 2.05), profile("d", 400, 6.5)]
-    recommendation = RunOrSkipRecommender(time_tolerance=0.1).recommend(
-        one_cluster(BASELINE), BASELINE, update
-    )
+    recommendation = paper(time_tolerance=0.1).recommend(one_cluster(BASELINE), BASELINE, update)
     votes = {vote.input_id: vote for vote in recommendation.votes}
     assert [vote.label for vote in recommendation.votes] == ["C11", "C12", "C13"]
     assert votes["a"].run and votes["a"].time_check
@@ -155,7 +158,7 @@ def test_votes_carry_their_reason_and_numbers() -> None:
 
 def test_all_votes_skip_gives_skip_and_no_advice() -> None:
     update = [profile(p.input_id, p.statements, p.cpu_time_s * 0.97) for p in BASELINE]
-    recommendation = RunOrSkipRecommender().recommend(one_cluster(BASELINE), BASELINE, update)
+    recommendation = paper().recommend(one_cluster(BASELINE), BASELINE, update)
     assert recommendation.decision == "skip" and recommendation.run_share == 0
     assert recommendation.advice is None
     assert recommendation.seed_table().splitlines()[1:] == [
@@ -166,9 +169,7 @@ def test_all_votes_skip_gives_skip_and_no_advice() -> None:
 
 def test_a_close_vote_advises_a_larger_sample() -> None:
     update = [profile("a", 100, 2.0), profile("b", 200, 2.0)]
-    recommendation = RunOrSkipRecommender().recommend(
-        one_cluster(BASELINE), BASELINE, update, per_cluster=3
-    )
+    recommendation = paper().recommend(one_cluster(BASELINE), BASELINE, update, per_cluster=3)
     assert recommendation.run_share == 0.5 and recommendation.close
     assert recommendation.decision == "run"  # a tie runs the suite
     assert recommendation.advice == {
@@ -187,9 +188,9 @@ def test_reference_profiles_remove_machine_drift() -> None:
     # Today the machine runs everything 30% slower; the update itself changes nothing.
     slower = [profile(p.input_id, p.statements, p.cpu_time_s * 1.3) for p in BASELINE]
     clustering = one_cluster(BASELINE)
-    without = RunOrSkipRecommender().recommend(clustering, BASELINE, slower)
+    without = paper().recommend(clustering, BASELINE, slower)
     assert without.decision == "run"
-    corrected = RunOrSkipRecommender().recommend(clustering, BASELINE, slower, reference=slower)
+    corrected = paper().recommend(clustering, BASELINE, slower, reference=slower)
     assert corrected.drift == pytest.approx(1.3)
     assert corrected.decision == "skip"
     assert all(vote.numbers["gradient_change"] == pytest.approx(0) for vote in corrected.votes)
@@ -202,16 +203,14 @@ def test_each_input_is_corrected_by_its_own_drift() -> None:
         profile("a", 100, 1.3),
         *(profile(p.input_id, p.statements, p.cpu_time_s) for p in BASELINE[1:]),
     ]
-    recommendation = RunOrSkipRecommender().recommend(
-        one_cluster(BASELINE), BASELINE, now, reference=now
-    )
+    recommendation = paper().recommend(one_cluster(BASELINE), BASELINE, now, reference=now)
     assert recommendation.drift == pytest.approx(1.0)
     assert recommendation.votes[0].numbers["drift"] == pytest.approx(1.3)
     assert recommendation.run_votes == 0
 
 
 def test_a_new_input_is_judged_in_the_cluster_it_falls_in() -> None:
-    recommendation = RunOrSkipRecommender().recommend(
+    recommendation = paper().recommend(
         one_cluster(BASELINE), BASELINE, [profile("new", 250, 2.4, size=1.0)]
     )
     (vote,) = recommendation.votes
@@ -226,6 +225,8 @@ def test_a_new_input_is_judged_in_the_cluster_it_falls_in() -> None:
         ({"time_tolerance": -1}, "time_tolerance"),
         ({"time_attribute": "size"}, "time_attribute"),
         ({"close_band": (0.6, 0.4)}, "close_band"),
+        ({"rule": "vote"}, "rule"),
+        ({"confidence": 1.0}, "confidence"),
     ],
 )
 def test_bad_parameters_are_rejected(options: dict, message: str) -> None:

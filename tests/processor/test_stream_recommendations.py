@@ -14,7 +14,7 @@ import math
 import random
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -136,9 +136,9 @@ def record_doc(
     branch: str = "main",
     metrics: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    inputs: dict[str, Any] = {"kind": kind, "profiles": [asdict(p) for p in profiles]}
+    inputs: dict[str, Any] = {"kind": kind, "profiles": [p.to_json() for p in profiles]}
     if reference is not None:
-        inputs["reference_profiles"] = [asdict(p) for p in reference]
+        inputs["reference_profiles"] = [p.to_json() for p in reference]
     return {
         "schema": RECORD_SCHEMA,
         "test": test,
@@ -224,7 +224,7 @@ def test_a_full_suite_becomes_the_baseline_the_dashboard_shows(store: StateStore
     expected = InputClustering().fit(*input_table(BASELINE))
     stored = blob(store, INPUT_BASELINE_NAMESPACE)
     assert stored == {
-        "profiles": [asdict(p) for p in sorted(BASELINE, key=lambda p: p.input_id)],
+        "profiles": [p.to_json() for p in sorted(BASELINE, key=lambda p: p.input_id)],
         "labels": expected.labels_,
         "method": "dbscan",
     }
@@ -324,7 +324,7 @@ def test_later_full_suites_join_the_baseline_as_the_clustering_update_says(
     stored = blob(store, INPUT_BASELINE_NAMESPACE)
     assert stored is not None and stored["labels"] == library.labels_
     assert {p["input_id"]: p for p in stored["profiles"]} == {
-        p.input_id: asdict(p) for p in [*BASELINE, *night2]
+        p.input_id: p.to_json() for p in [*BASELINE, *night2]
     }
 
     # Night 3: a new kind of input, far from the others: too many misfits, refit.
@@ -393,7 +393,7 @@ def test_redelivered_and_older_full_suites_replace_no_newer_profile(store: State
     profiles = {p["input_id"]: p for p in after["profiles"]}
     assert profiles == {
         **{p["input_id"]: p for p in before[INPUT_BASELINE_NAMESPACE]["profiles"]},
-        late[-1].input_id: asdict(late[-1]),
+        late[-1].input_id: late[-1].to_json(),
     }
 
 
@@ -421,7 +421,10 @@ def test_a_changed_method_clusters_the_stored_profiles_again(store: StateStore) 
 
 
 def test_a_close_vote_lists_the_larger_sample_to_profile(store: StateStore) -> None:
-    handler = InputsHandler(config_with(seed=5, per_cluster=2))
+    # the paper's pooled vote: half the sample slower is a close vote
+    handler = InputsHandler(
+        config_with(seed=5, per_cluster=2, rule="paper", acceptable_slowdown=0.38)
+    )
     handle(store, handler, record(TEST, "suite-1", "full_suite", BASELINE))
     chosen = sampled(BASELINE, per_cluster=2, seed=5)
     half = len(chosen) // 2
@@ -445,7 +448,7 @@ def test_reference_profiles_travel_with_an_update_sample_only() -> None:
     assert parsed.to_json() == doc
     assert Record.from_json(record_doc(TEST, "s", "full_suite", chosen)).to_json()["inputs"] == {
         "kind": "full_suite",
-        "profiles": [asdict(p) for p in chosen],
+        "profiles": [p.to_json() for p in chosen],
     }
     full = record_doc(TEST, "s", "full_suite", chosen, reference=chosen)
     assert [str(p) for p in validate_record(full)] == [

@@ -13,9 +13,20 @@ import click
 
 from perfwatch.cli.errors import EXIT_FOUND, EXIT_INTERRUPTED, InputError
 from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
+from perfwatch.cli.publish import parse_attributes
 from perfwatch.contract.validation import RECORD_SCHEMA
+from perfwatch.profiler.alternate import (
+    AlternationError,
+    Interrupted,
+    Version,
+    profile_alternately,
+)
 from perfwatch.readers.errors import SourceError
-from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
+from perfwatch.readers.input_profile import (
+    InputProfileFile,
+    read_input_profile,
+    write_input_profile,
+)
 
 if TYPE_CHECKING:
     from perfwatch.config import Config
@@ -51,6 +62,43 @@ PYTEST_INTERRUPTED = 2
     type=click.Choice(["full_suite", "update_sample"]),
     help="Kind of profile [default: update_sample with --only, else full_suite].",
 )
+@click.option(
+    "--old-dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Checkout of the old code (e.g. a git worktree of the base commit): profile the "
+    "--only inputs on it and on the current directory alternately, round by round, so both "
+    "see the same machine load. Writes the old code's profiles to --reference-out.",
+)
+@click.option(
+    "--old-python",
+    type=click.Path(dir_okay=False, exists=True),
+    help="With --old-dir: the interpreter of the old code's environment [default: this one].",
+)
+@click.option(
+    "--old-env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --old-dir: an environment variable for the old code's runs (repeatable).",
+)
+@click.option(
+    "--new-env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --old-dir: an environment variable for the new code's runs (repeatable).",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="With --old-dir: alternating rounds; each runs --repeats timing passes per version.",
+)
+@click.option(
+    "--reference-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --old-dir: where the old code's profiles go [default: OUTPUT with .old "
+    "before its suffix].",
+)
 @click.option("--publish", is_flag=True, help="Also publish the profiles as one record.")
 @click.option(
     "--reference",
@@ -79,6 +127,12 @@ def profile(
     warmup: int,
     only: Path | None,
     kind: str | None,
+    old_dir: Path | None,
+    old_python: str | None,
+    old_env: tuple[str, ...],
+    new_env: tuple[str, ...],
+    rounds: int,
+    reference_out: Path | None,
     publish: bool,
     reference: Path | None,
     branch: str | None,
@@ -91,15 +145,42 @@ def profile(
     the counting does not distort the times. The input-profile file feeds
     `perfwatch recommend`; with --publish the profiles also go to the records
     topic as one record with an `inputs` block (the broker options apply to it).
-    Exit status 1 when a test failed (the profiles of the passing tests are
-    still written and published).
+    With --old-dir the sampled inputs (--only) run on the old code and on the
+    current directory's code alternately, --rounds times, and both files are
+    written: feed them to `perfwatch recommend --update OUTPUT --reference
+    REFERENCE_OUT`. Exit status 1 when a test failed (the profiles of the
+    passing tests are still written and published).
     """
     if reference is not None and not publish:
         raise click.UsageError("--reference is sent with the record: it needs --publish")
-    reference_file = None if reference is None else _read_profiles(reference)
     config = None
     if publish:  # bad settings are found before the suite runs, not after
         config = load_command_config(config_path)
+    if old_dir is not None:
+        if only is None:
+            raise click.UsageError("--old-dir profiles a sample: give it with --only")
+        if reference is not None:
+            raise click.UsageError("--old-dir measures the reference itself: drop --reference")
+        versions = [
+            Version(
+                "old",
+                old_dir.resolve(),
+                old_python or sys.executable,
+                parse_attributes(old_env, "--old-env"),
+            ),
+            Version("new", Path.cwd(), sys.executable, parse_attributes(new_env, "--new-env")),
+        ]
+        reference_path = reference_out or output.with_name(f"{output.stem}.old{output.suffix}")
+        status = _alternate(
+            versions, pytest_args, only, rounds, repeats, warmup, output, reference_path
+        )
+        if config is not None:
+            record = profile_record(_read_profiles(output), test_id, _read_profiles(reference_path))
+            _publish(record, branch, config)
+        if status != 0:
+            raise SystemExit(EXIT_FOUND)
+        return
+    reference_file = None if reference is None else _read_profiles(reference)
     command = [
         sys.executable,
         "-m",
@@ -134,6 +215,52 @@ def profile(
         _publish(record, branch, config)
     if status != 0:
         raise SystemExit(EXIT_FOUND)
+
+
+def _alternate(
+    versions: list[Version],
+    pytest_args: tuple[str, ...],
+    only: Path,
+    rounds: int,
+    repeats: int,
+    warmup: int,
+    output: Path,
+    reference_path: Path,
+) -> int:
+    """Profile both versions alternately, write both files, report the cost; the exit
+    status of the worst pytest run (0 or 1)."""
+    try:
+        run = profile_alternately(
+            versions, pytest_args, only=only, rounds=rounds, repeats=repeats, warmup=warmup
+        )
+    except Interrupted:
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    except AlternationError as error:
+        raise InputError(str(error)) from None
+    if not run.profiles["new"].profiles:
+        raise InputError("no input was profiled in every round of both versions")
+    write_input_profile(output, run.profiles["new"])
+    write_input_profile(reference_path, run.profiles["old"])
+    passes = rounds * repeats
+    inputs = len(run.profiles["new"].profiles)
+    click.echo(
+        f"{inputs} inputs profiled on the old ({versions[0].directory}) and new code in "
+        f"{rounds} alternating rounds, {passes} timing passes each: new code to {output}, "
+        f"old code to {reference_path}",
+        err=True,
+    )
+    click.echo(
+        f"cost: {run.elapsed_s:.1f} s in all (pytest start-up included); timing passes "
+        f"{run.test_time_s['old']:.2f} s old, {run.test_time_s['new']:.2f} s new",
+        err=True,
+    )
+    if run.dropped:
+        click.echo(
+            f"{len(run.dropped)} inputs were not profiled in every round and were left out, "
+            f"first: {run.dropped[0]}",
+            err=True,
+        )
+    return 1 if any(run.failed_rounds.values()) else 0
 
 
 def _read_profiles(path: Path) -> InputProfileFile:

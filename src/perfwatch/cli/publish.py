@@ -31,12 +31,13 @@ if TYPE_CHECKING:
     from perfwatch.config import Config
 
 
-def parse_attributes(pairs: tuple[str, ...]) -> dict[str, str]:
+def parse_attributes(pairs: tuple[str, ...], option: str = "--attr") -> dict[str, str]:
+    """NAME=VALUE pairs given to ``option`` as a dict; a malformed pair is a usage error."""
     attributes = {}
     for pair in pairs:
         name, separator, value = pair.partition("=")
         if not separator or not name:
-            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--attr")
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=option)
         attributes[name] = value
     return attributes
 

@@ -14,7 +14,13 @@ from perfwatch._optional import require
 from perfwatch.cli.errors import InputError
 from perfwatch.cli.options import output_format_option
 from perfwatch.contract.models import InputProfile
-from perfwatch.detectors.input_attributes import ATTRIBUTES, CLUSTER_ATTRIBUTES, METHODS, NOISE
+from perfwatch.detectors.input_attributes import (
+    ATTRIBUTES,
+    CLUSTER_ATTRIBUTES,
+    METHODS,
+    NOISE,
+    RULES,
+)
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
@@ -106,18 +112,42 @@ class Share(click.ParamType):
     help="Write the sampled input ids here, one per line (for `perfwatch profile --only`).",
 )
 @click.option(
+    "--rule",
+    type=click.Choice(RULES),
+    default="paired",
+    show_default=True,
+    help="paired: each sampled input against itself on the old code, decided per cluster; "
+    "paper: the paper's time thresholds and slope check with one pooled vote.",
+)
+@click.option(
     "--acceptable-slowdown",
     type=Share(),
-    default="38%",
+    default="5%",
     show_default=True,
-    help="Largest acceptable drop of the slope statements/time.",
+    help="Largest acceptable slow-down of a sampled input (with --rule paper: the drop of "
+    "its slope statements/time; the paper used 38%).",
+)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    default=0.95,
+    show_default=True,
+    help="Confidence of each input's interval of its paired change.",
 )
 @click.option(
     "--time-tolerance",
     type=Share(),
     default="10%",
     show_default=True,
-    help="Share by which a time may exceed its threshold before it votes run.",
+    help="Noise allowance of an input without repeated timings (with --rule paper: the "
+    "share by which a time may exceed its threshold).",
+)
+@click.option(
+    "--scaling",
+    type=click.Choice(["auto", "linear"]),
+    default="auto",
+    show_default=True,
+    help="auto: attributes spanning orders of magnitude are clustered on a log scale.",
 )
 @click.option(
     "--time",
@@ -159,8 +189,11 @@ def recommend(
     per_cluster: int,
     seed: int,
     sample_out: Path | None,
+    rule: str,
     acceptable_slowdown: float,
+    confidence: float,
     time_tolerance: float,
+    scaling: str,
     time_kind: str,
     output_format: str,
     plot: Path | None,
@@ -170,10 +203,12 @@ def recommend(
     """Recommend whether a code update needs the full performance suite.
 
     The baseline's inputs are clustered by the behaviour they cause; a seeded
-    sample of each cluster, profiled on the new code (--update), is judged by
-    its time against the cluster's time threshold and by the change of its
-    slope statements/time. The suite should run when at least half of the
-    sampled inputs vote run.
+    sample of each cluster, profiled on the new code (--update) and, alternately,
+    on the old code (--reference; `perfwatch profile --old-dir`), is judged input
+    by input: its paired change of time, with a confidence interval, against the
+    acceptable slow-down. Each cluster decides by its own inputs and the suite
+    should run when any cluster is slower. --rule paper applies the paper's
+    time thresholds and slope check with one pooled vote instead.
     """
     # scikit-learn loads with the recommender: not for `recommend --help`
     from perfwatch.detectors.inputs import (
@@ -192,6 +227,7 @@ def recommend(
             eps=eps,
             min_samples=min_samples,
             n_clusters=n_clusters,
+            scaling=scaling,  # type: ignore[arg-type]
         ).fit(*input_table(baseline_file.profiles, chosen))
     except ValueError as error:
         raise InputError(f"{baseline}: {error}") from None
@@ -203,11 +239,15 @@ def recommend(
     recommendation = None
     command = None
     update_file = None
+    reference_file = None
     if update is not None:
         update_file = _read(update)
-        reference_profiles = _read(reference).profiles if reference is not None else None
+        reference_file = _read(reference) if reference is not None else None
+        reference_profiles = reference_file.profiles if reference_file is not None else None
         recommender = RunOrSkipRecommender(
+            rule=rule,  # type: ignore[arg-type]
             acceptable_slowdown=acceptable_slowdown,
+            confidence=confidence,
             time_tolerance=time_tolerance,
             time_attribute=TIME_ATTRIBUTES[time_kind],
         )
@@ -223,7 +263,7 @@ def recommend(
             raise InputError(f"{update}: {error}") from None
         if not recommendation.votes:
             raise InputError(f"{update}: none of its inputs belongs to a cluster of {baseline}")
-        options = _clustering_options(method, eps, min_samples, n_clusters, chosen)
+        options = _clustering_options(method, eps, min_samples, n_clusters, chosen, scaling)
         command = _resample_command(recommendation, baseline, update_file, seed, options)
 
     if plot is not None:
@@ -251,14 +291,17 @@ def recommend(
                 document["recommendation"]["advice"]["command"] = command
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
         return
-    click.echo(_clustering_text(clustering))
     if recommendation is None:
+        click.echo(_clustering_text(clustering))
         click.echo(f"\nSample to profile ({per_cluster} per cluster, seed {seed}):")
         for label, ids in sample.items():
             click.echo(f"  {clustering.cluster(label).name}: {' '.join(ids)}")
         return
-    click.echo("")
+    # the decision first; the clustering it rests on after it
     click.echo(_recommendation_text(recommendation, command))
+    click.echo(f"\n{_clustering_text(clustering)}")
+    assert update_file is not None
+    click.echo(_cost_text(recommendation, baseline_file, update_file, reference_file))
 
 
 def _read(path: Path) -> InputProfileFile:
@@ -297,6 +340,7 @@ def _clustering_options(
     min_samples: int | None,
     n_clusters: int | None,
     attributes: tuple[str, ...],
+    scaling: str,
 ) -> list[str]:
     """The options that reproduce this clustering (the defaults left out)."""
     options = [] if method == "dbscan" else ["--method", method]
@@ -309,6 +353,8 @@ def _clustering_options(
             options += [name, str(value)]
     if attributes != CLUSTER_ATTRIBUTES:
         options += ["--attributes", ",".join(attributes)]
+    if scaling != "auto":
+        options += ["--scaling", scaling]
     return options
 
 
@@ -318,9 +364,16 @@ def _number(value: float) -> str:
 
 def _clustering_text(clustering: InputClustering) -> str:
     parameters = ", ".join(f"{k} {_plain(v)}" for k, v in clustering.selection_.items())
+    logged = clustering.to_dict()["log_scaled"]
+    quality = (
+        f"silhouette {clustering.silhouette_:.2f}"
+        if clustering.silhouette_ is not None
+        else "silhouette undefined (fewer than two clusters)"
+    )
     lines = [
         f"Clustering: {clustering.method} of {len(clustering.labels_)} inputs on "
-        f"{', '.join(clustering.attributes)} ({parameters})"
+        f"{', '.join(clustering.attributes)} ({parameters}); {quality}",
+        f"  log scale: {', '.join(logged) if logged else 'none'}",
     ]
     for cluster in clustering.clusters_:
         centre = ", ".join(f"{name} {_number(value)}" for name, value in cluster.centre.items())
@@ -333,24 +386,41 @@ def _plain(value: Any) -> str:
 
 
 def _recommendation_text(recommendation: Recommendation, command: str | None) -> str:
-    verdict = "RUN" if recommendation.decision == "run" else "SKIP"
     parameters = recommendation.parameters
     drift = (
         f"; drift {recommendation.drift:.3f} from the reference"
         if recommendation.drift is not None
         else ""
     )
-    lines = [
-        f"Recommendation: {verdict} the full performance suite - {recommendation.run_votes} of "
-        f"{len(recommendation.votes)} sampled inputs vote run ({recommendation.run_share:.0%})",
-        f"  time: {parameters['time_attribute']}; acceptable slowdown "
-        f"{parameters['acceptable_slowdown']:.0%}; time tolerance "
-        f"{parameters['time_tolerance']:.0%}{drift}",
-        "",
-        recommendation.seed_table(),
-        "",
-        "Votes:",
-    ]
+    if recommendation.rule == "paired":
+        settings = (
+            f"  rule: paired; time: {parameters['time_attribute']}; acceptable slowdown "
+            f"{parameters['acceptable_slowdown']:.0%}; confidence "
+            f"{parameters['confidence']:.0%}{drift}"
+        )
+    else:
+        settings = (
+            f"  rule: paper; time: {parameters['time_attribute']}; acceptable slowdown "
+            f"{parameters['acceptable_slowdown']:.0%}; time tolerance "
+            f"{parameters['time_tolerance']:.0%}{drift}"
+        )
+    lines = [f"Recommendation: {recommendation.summary()}", settings, ""]
+    if recommendation.rule == "paired":
+        lines.append("Clusters (change of the sampled inputs, new / old - 1, with its interval):")
+        for cluster in recommendation.clusters:
+            change = "no input judged" if cluster.change is None else cluster.change.describe()
+            lines.append(
+                f"  {cluster.name:<11} {cluster.decision.upper():<4} {cluster.run_votes} of "
+                f"{len(cluster.votes)} slower  {change}"
+            )
+        drivers = recommendation.drivers
+        if drivers:
+            lines += ["", "Driven by:"]
+            lines += [f"  {vote.input_id}: {vote.reason}" for vote in drivers]
+        lines.append("")
+    else:
+        lines += [recommendation.seed_table(), ""]
+    lines.append("Votes:")
     width = max(len(vote.input_id) for vote in recommendation.votes)
     for vote in recommendation.votes:
         lines.append(
@@ -366,6 +436,37 @@ def _recommendation_text(recommendation: Recommendation, command: str | None) ->
         if command is not None:
             lines.append(f"  {command}")
     return "\n".join(lines)
+
+
+def _cost_text(
+    recommendation: Recommendation,
+    baseline: InputProfileFile,
+    update: InputProfileFile,
+    reference: InputProfileFile | None,
+) -> str:
+    """What timing the sample cost, and the same passes for every input scaled from it by
+    the inputs' baseline times (so both figures share today's machine load)."""
+    judged = {vote.input_id for vote in recommendation.votes}
+    spent = sum(_timed(p) for p in update.profiles if p.input_id in judged)
+    versions = "new code"
+    if reference is not None:
+        spent += sum(_timed(p) for p in reference.profiles if p.input_id in judged)
+        versions = "old and new code"
+    sampled_baseline = sum(p.wall_time_s for p in baseline.profiles if p.input_id in judged)
+    every_baseline = sum(p.wall_time_s for p in baseline.profiles)
+    if sampled_baseline <= 0:
+        return f"\nCost: timing the {len(judged)} sampled inputs ({versions}) took {spent:.2f} s"
+    full = spent * every_baseline / sampled_baseline
+    return (
+        f"\nCost: timing the {len(judged)} sampled inputs ({versions}) took {spent:.2f} s; "
+        f"the same passes for all {len(baseline.profiles)} inputs would take about "
+        f"{full:.2f} s ({1 - spent / full:.0%} saved; pytest start-up and the counting "
+        "pass not included)"
+    )
+
+
+def _timed(profile: InputProfile) -> float:
+    return sum(profile.wall_times_s or [profile.wall_time_s])
 
 
 def plot_clusters(

@@ -82,6 +82,20 @@ class InputProfile:
     function_calls: int
     loop_iterations: int
     conditionals: int
+    # Every timing pass, in the order measured: what a paired old/new comparison and its
+    # confidence interval need (the minima above alone cannot tell noise from a change).
+    cpu_times_s: list[float] | None = None
+    wall_times_s: list[float] | None = None
+    # The passes above form this many equal consecutive rounds, each in a process of its
+    # own: a process's own speed (memory layout, the core it ran on) is shared by its passes.
+    timing_rounds: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        for name in ("cpu_times_s", "wall_times_s", "timing_rounds"):
+            if doc[name] is None:
+                del doc[name]
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +109,11 @@ class Inputs:
         references = self.reference_profiles
         return {
             "kind": self.kind,
-            "profiles": [asdict(profile) for profile in self.profiles],
+            "profiles": [profile.to_json() for profile in self.profiles],
             **_present(
-                reference_profiles=None if references is None else list(map(asdict, references))
+                reference_profiles=None
+                if references is None
+                else [profile.to_json() for profile in references]
             ),
         }
 

@@ -23,4 +23,7 @@ CLUSTER_ATTRIBUTES: tuple[str, ...] = tuple(name for name in ATTRIBUTES if name 
 NOISE = -1
 Method = Literal["dbscan", "kmeans", "gmm", "agglomerative"]
 METHODS: tuple[str, ...] = ("dbscan", "kmeans", "gmm", "agglomerative")
+Scaling = Literal["auto", "linear"]
+Rule = Literal["paired", "paper"]
+RULES: tuple[str, ...] = ("paired", "paper")
 TimeAttribute = Literal["cpu_time_s", "wall_time_s"]

@@ -9,9 +9,11 @@ code update is too slow. Instead:
 
 1. cluster the inputs by the program behaviour they cause (:class:`InputClustering`);
 2. on a code update, profile a seeded sample of each cluster (:func:`sample_inputs`);
-3. judge each sampled input with the paper's Algorithms 1 and 2
-   (:func:`time_threshold`, :func:`decide`) and let the votes decide
-   (:class:`RunOrSkipRecommender`).
+3. judge each sampled input against itself on the old code: its paired change
+   with a confidence interval (:func:`paired_change`, :func:`judge_change`);
+4. decide per cluster, then for the suite (:class:`RunOrSkipRecommender`).
+   The paper's own Algorithms 1 and 2 (:func:`time_threshold`, :func:`decide`)
+   remain as the recommender's ``rule="paper"``.
 
 Everything here is pure and deterministic: arrays and profiles in, results
 with ``to_dict()`` out.
@@ -26,6 +28,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.stats import binom, norm
+from scipy.stats import t as t_distribution
 from sklearn.base import BaseEstimator
 from sklearn.cluster import DBSCAN, AgglomerativeClustering, KMeans
 from sklearn.metrics import silhouette_score
@@ -37,7 +41,10 @@ from perfwatch.detectors.input_attributes import (
     CLUSTER_ATTRIBUTES,
     METHODS,
     NOISE,
+    RULES,
     Method,
+    Rule,
+    Scaling,
     TimeAttribute,
 )
 
@@ -140,23 +147,30 @@ class ClusterUpdate:
 
 
 class InputClustering(BaseEstimator):
-    """Cluster inputs on standardised profile attributes.
+    """Cluster inputs on scaled profile attributes.
+
+    With ``scaling="auto"`` an attribute spanning more than ``LOG_SPAN`` (its
+    largest value over its smallest positive one) is taken on a log scale;
+    every attribute is then standardised.
 
     ``fit(X, ids)``: X has one row per input and one column per name in
     ``attributes`` (:func:`input_table` makes both from profiles).  Clusters
     are numbered by ascending mean ``statements`` (the first attribute when
     statements are not among them).
 
-    Methods: ``dbscan`` (default; ``eps`` from the knee of the sorted
-    k-distances when not given, noise inputs kept as their own group),
+    Methods: ``dbscan`` (default; ``eps``, when not given, the best-scoring of
+    the knee of the sorted k-distances and some of their quantiles, see
+    :func:`_chosen_eps`; noise inputs kept as their own group),
     ``kmeans`` (k by the elbow of inertia), ``gmm`` (k by the lowest BIC) and
     ``agglomerative`` (Ward; k with the highest silhouette).
     ``n_clusters`` fixes k for the last three.
 
     Fitted attributes: ``labels_`` (input id -> cluster label), ``clusters_``
     (:class:`Cluster` list), ``attribute_rows_`` (input id -> its attribute
-    row), ``mean_`` and ``scale_`` (the standardisation), ``selection_`` (how
-    the number of clusters or DBSCAN's radius was chosen).
+    row), ``log_offset_`` (per attribute, c of log(x + c), NaN when linear),
+    ``mean_`` and ``scale_`` (the standardisation), ``selection_`` (how the
+    number of clusters or DBSCAN's radius was chosen), ``silhouette_`` (mean
+    silhouette of the clustered inputs; None with fewer than two clusters).
 
     Arriving inputs (:meth:`update`) are assigned to a cluster: with DBSCAN,
     to that of the nearest core input if it lies within ``eps``, else to
@@ -178,8 +192,10 @@ class InputClustering(BaseEstimator):
         max_clusters: int = 10,
         random_state: int = 0,
         max_misfit_share: float = 0.1,
+        scaling: Scaling = "auto",
     ) -> None:
         self.method = method
+        self.scaling = scaling
         self.attributes = attributes
         self.eps = eps
         self.min_samples = min_samples
@@ -198,11 +214,16 @@ class InputClustering(BaseEstimator):
         raw = raw[order]
         ordered = [names[i] for i in order]
         self.attribute_rows_: dict[str, np.ndarray] = dict(zip(ordered, raw, strict=True))
-        self.mean_ = raw.mean(axis=0)
-        scale = raw.std(axis=0)
+        self.log_offset_ = (
+            _log_offsets(raw) if self.scaling == "auto" else np.full(raw.shape[1], np.nan)
+        )
+        shaped = self._shape(raw)
+        self.mean_ = shaped.mean(axis=0)
+        scale = shaped.std(axis=0)
         self.scale_ = np.where(scale > 0, scale, 1.0)
         points = self._standardise(raw)
         labels, self.selection_ = self._cluster(points)
+        self.silhouette_ = _silhouette(points, labels)
         labels = _relabel_by_mean(labels, raw[:, self._ordering_column()])
         self.labels_: dict[str, int] = {
             input_id: int(label) for input_id, label in zip(ordered, labels, strict=True)
@@ -254,11 +275,21 @@ class InputClustering(BaseEstimator):
             )
         if self.max_clusters < 1:
             raise ValueError(f"max_clusters must be at least 1, got {self.max_clusters}")
+        if self.scaling not in ("auto", "linear"):
+            raise ValueError(f"scaling must be 'auto' or 'linear', got {self.scaling!r}")
         if not 0 <= self.max_misfit_share <= 1:
             raise ValueError(f"max_misfit_share must be in [0, 1], got {self.max_misfit_share}")
 
+    def _shape(self, raw: np.ndarray) -> np.ndarray:
+        """Columns spanning orders of magnitude on a log scale (see :func:`_log_offsets`)."""
+        logged = ~np.isnan(self.log_offset_)
+        shaped = raw.copy()
+        offsets = self.log_offset_[logged]
+        shaped[:, logged] = np.log(np.maximum(raw[:, logged], 0.0) + offsets)
+        return shaped
+
     def _standardise(self, raw: np.ndarray) -> np.ndarray:
-        return (raw - self.mean_) / self.scale_
+        return (self._shape(raw) - self.mean_) / self.scale_
 
     def _cluster(self, points: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         n = len(points)
@@ -298,10 +329,10 @@ class InputClustering(BaseEstimator):
         # Twice the dimensions (Sander et al.), but small suites keep room for several clusters.
         min_samples = self.min_samples or max(2, min(2 * dims, n // 10))
         min_samples = min(min_samples, n)
-        eps, rule = self.eps, "given"
-        if eps is None:
-            eps, rule = _knee_eps(points, min_samples), "knee of the sorted k-distances"
-        labels = DBSCAN(eps=eps, min_samples=min_samples).fit_predict(points)
+        if self.eps is not None:
+            labels = DBSCAN(eps=self.eps, min_samples=min_samples).fit_predict(points)
+            return labels, {"eps": self.eps, "eps_rule": "given", "min_samples": min_samples}
+        eps, rule, labels = _chosen_eps(points, min_samples)
         return labels, {"eps": eps, "eps_rule": rule, "min_samples": min_samples}
 
     def _fit_assignment(self, points: np.ndarray, labels: np.ndarray) -> None:
@@ -415,6 +446,13 @@ class InputClustering(BaseEstimator):
             "method": self.method,
             "attributes": list(self.attributes),
             "parameters": _plain(self.selection_),
+            "scaling": self.scaling,
+            "log_scaled": [
+                name
+                for name, offset in zip(self.attributes, self.log_offset_, strict=True)
+                if not np.isnan(offset)
+            ],
+            "silhouette": self.silhouette_,
             "inputs": len(self.labels_),
             "clusters": [c.to_dict() for c in self.clusters_],
         }
@@ -432,6 +470,71 @@ def _knee_eps(points: np.ndarray, min_samples: int) -> float:
     positive = distances[distances > 0]
     # All inputs behave identically: any positive radius makes one cluster.
     return float(positive.min()) if positive.size else 1.0
+
+
+# Candidate DBSCAN radii: the knee and these quantiles of the sorted k-distances.
+EPS_QUANTILES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+# A radius that leaves more inputs than this as noise describes the suite poorly.
+MAX_NOISE_SHARE = 0.25
+# A column is taken on a log scale when its largest value exceeds its smallest positive
+# one this many times: sizes and counts of real suites span orders of magnitude, and on a
+# linear scale the few largest inputs squeeze all others into one dense cluster.
+LOG_SPAN = 100.0
+
+
+def _log_offsets(raw: np.ndarray) -> np.ndarray:
+    """Per column: the offset c of log(x + c) (its smallest positive value), or NaN for a
+    column kept linear (negative values, nothing positive, or a span under LOG_SPAN)."""
+    offsets = np.full(raw.shape[1], np.nan)
+    for column in range(raw.shape[1]):
+        values = raw[:, column]
+        positive = values[values > 0]
+        if (values < 0).any() or positive.size == 0:
+            continue
+        if values.max() / positive.min() > LOG_SPAN:
+            offsets[column] = positive.min()
+    return offsets
+
+
+def _chosen_eps(points: np.ndarray, min_samples: int) -> tuple[float, str, np.ndarray]:
+    """DBSCAN's radius from the data: among the knee of the sorted k-distances and a few
+    of their quantiles, the one with the best :func:`_density_score`; the knee when none
+    forms two clusters."""
+    knee = _knee_eps(points, min_samples)
+    knee_labels = DBSCAN(eps=knee, min_samples=min_samples).fit_predict(points)
+    best = (knee, "knee of the sorted k-distances", knee_labels)
+    if len(points) <= min_samples:
+        return best
+    neighbours = NearestNeighbors(n_neighbors=max(2, min_samples)).fit(points)
+    distances = np.sort(neighbours.kneighbors(points)[0][:, -1])
+    best_score = _density_score(points, knee_labels)
+    for eps in sorted({float(np.quantile(distances, q)) for q in EPS_QUANTILES}):
+        if eps <= 0:
+            continue
+        labels = DBSCAN(eps=eps, min_samples=min_samples).fit_predict(points)
+        score = _density_score(points, labels)
+        if score is not None and (best_score is None or score > best_score + 1e-9):
+            best, best_score = (eps, "best silhouette among k-distance quantiles", labels), score
+    return best
+
+
+def _density_score(points: np.ndarray, labels: np.ndarray) -> float | None:
+    """Silhouette of the clustered inputs times their share: a radius does not score by
+    leaving the hard inputs as noise. None with fewer than two clusters or too much noise."""
+    noise_share = float(np.mean(labels == NOISE))
+    score = _silhouette(points, labels)
+    if score is None or noise_share > MAX_NOISE_SHARE:
+        return None
+    return score * (1 - noise_share)
+
+
+def _silhouette(points: np.ndarray, labels: np.ndarray) -> float | None:
+    """Mean silhouette of the clustered (non-noise) inputs; None with fewer than two clusters."""
+    clustered = labels != NOISE
+    groups = set(labels[clustered].tolist())
+    if len(groups) < 2 or clustered.sum() <= len(groups):
+        return None
+    return float(silhouette_score(points[clustered], labels[clustered]))
 
 
 def _best_silhouette(points: np.ndarray, largest: int) -> int:
@@ -611,12 +714,180 @@ def decide(
     return Decision(change > acceptable_slowdown, False, change > acceptable_slowdown, *slopes)
 
 
+# -- the paired comparison ----------------------------------------------------------------------
+
+ChangeMethod = Literal["paired_rounds", "paired_passes", "unpaired_passes", "minima"]
+
+
+@dataclass(frozen=True)
+class PairedChange:
+    """How much slower (positive) or faster (negative) one input got: new / old - 1.
+
+    ``low`` and ``high`` bound it with the recommender's confidence; None when the
+    timings are too few for an interval (``method`` "minima": only the minimum times).
+    """
+
+    estimate: float
+    low: float | None
+    high: float | None
+    method: ChangeMethod
+    passes: int
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    def describe(self) -> str:
+        text = f"{self.estimate:+.1%}"
+        if self.low is not None and self.high is not None:
+            text += f" [{self.low:+.1%}, {self.high:+.1%}]"
+        match self.method:
+            case "paired_rounds":
+                return f"{text} over {self.passes} alternating rounds"
+            case "paired_passes":
+                return f"{text} over {self.passes} paired passes"
+            case "unpaired_passes":
+                return f"{text} from {self.passes} passes each, not paired"
+            case _:
+                return f"{text} from the minimum times, no interval"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "method": self.method,
+            "passes": self.passes,
+        }
+
+
+def paired_change(
+    old: Sequence[float],
+    new: Sequence[float],
+    *,
+    paired: bool,
+    confidence: float = 0.95,
+    rounds: int | None = None,
+) -> PairedChange:
+    """The relative change from ``old`` to ``new`` timings of one input, with an interval.
+
+    Paired in ``rounds`` (the passes form that many equal rounds, each version's
+    round in a process of its own, the versions alternating): the process is
+    the unit that repeats, so each round gives one log ratio of the two
+    versions' fastest passes, and the interval is Student's t over the rounds.
+    Paired pass by pass (alternated in one process, pass i of one next to pass
+    i of the other): the median of the per-pass ratios new/old, with the sign
+    test's distribution-free interval for a median; a burst of load that hits
+    one pair moves one ratio, not the estimate. Not paired (the old times
+    measured at another time): the Hodges-Lehmann shift of the log times with
+    the Mann-Whitney interval. Fewer than two passes on either side: the ratio
+    of the minima, no interval.
+    """
+    before = np.asarray(old, dtype=float)
+    after = np.asarray(new, dtype=float)
+    if before.size == 0 or after.size == 0 or (before <= 0).any() or (after <= 0).any():
+        raise ValueError("timings must be positive, at least one per version")
+    alpha = 1 - confidence
+    if min(before.size, after.size) < 2:
+        return PairedChange(float(after.min() / before.min() - 1), None, None, "minima", 1)
+    if paired and rounds is not None and rounds >= 2 and before.size == after.size:
+        if before.size % rounds:
+            raise ValueError(f"{before.size} timings do not form {rounds} equal rounds")
+        return round_change(round_logs(before, after, rounds)[None, :], confidence)
+    if paired and before.size == after.size:
+        logs = np.sort(np.log(after) - np.log(before))
+        n = logs.size
+        # the largest k with P(B <= k - 1) <= alpha / 2, B ~ Binomial(n, 1/2)
+        k = int(binom.ppf(alpha / 2, n, 0.5))
+        if binom.cdf(k, n, 0.5) <= alpha / 2:
+            k += 1
+        bounds = (logs[k - 1], logs[n - k]) if k >= 1 else None
+        return _change(float(np.median(logs)), bounds, "paired_passes", n)
+    differences = np.sort((np.log(after)[:, None] - np.log(before)[None, :]).ravel())
+    count = differences.size
+    spread = math.sqrt(before.size * after.size * (before.size + after.size + 1) / 12)
+    k = math.floor(count / 2 - float(norm.ppf(1 - alpha / 2)) * spread)
+    bounds = (differences[k - 1], differences[count - k]) if k >= 1 else None
+    passes = min(before.size, after.size)
+    return _change(float(np.median(differences)), bounds, "unpaired_passes", passes)
+
+
+def round_logs(old: np.ndarray, new: np.ndarray, rounds: int) -> np.ndarray:
+    """Per round: log of the new version's fastest pass over the old one's."""
+    fastest_old = np.asarray(old, dtype=float).reshape(rounds, -1).min(axis=1)
+    fastest_new = np.asarray(new, dtype=float).reshape(rounds, -1).min(axis=1)
+    return np.log(fastest_new) - np.log(fastest_old)
+
+
+def round_change(logs: np.ndarray, confidence: float) -> PairedChange:
+    """The change from per-round log ratios (rows: inputs, columns: rounds; the inputs of a
+    round averaged first, since they shared its processes): mean with Student's t interval."""
+    per_round = np.asarray(logs, dtype=float).mean(axis=0)
+    count = per_round.size
+    mean = float(per_round.mean())
+    half = (
+        float(t_distribution.ppf(1 - (1 - confidence) / 2, count - 1))
+        * float(per_round.std(ddof=1))
+        / math.sqrt(count)
+    )
+    return _change(mean, (mean - half, mean + half), "paired_rounds", count)
+
+
+def _change(
+    log_estimate: float, log_bounds: tuple[float, float] | None, method: ChangeMethod, passes: int
+) -> PairedChange:
+    if log_bounds is None:
+        return PairedChange(math.expm1(log_estimate), None, None, method, passes)
+    low, high = log_bounds
+    return PairedChange(
+        math.expm1(log_estimate), math.expm1(float(low)), math.expm1(float(high)), method, passes
+    )
+
+
+Verdict = Literal["slower", "faster", "unchanged"]
+
+
+def judge_change(
+    change: PairedChange, acceptable_slowdown: float, noise_allowance: float
+) -> tuple[Verdict, str]:
+    """Slower, faster or unchanged, and why.
+
+    Slower: the estimate exceeds the acceptable slow-down and the whole interval
+    lies above half of it, so neither noise nor a negligible change can make it
+    (every cluster's inputs are judged, and any one can run the suite); faster
+    likewise below. Without an interval the estimate must clear the acceptable
+    slow-down raised by ``noise_allowance``.
+    """
+    limit = f"the acceptable {acceptable_slowdown:.0%}"
+    if change.low is None or change.high is None:
+        bar = (1 + acceptable_slowdown) * (1 + noise_allowance) - 1
+        if change.estimate > bar:
+            return "slower", f"slower beyond {limit} and the noise allowance ({bar:.0%})"
+        if change.estimate < -bar:
+            return "faster", f"faster beyond {limit} and the noise allowance ({bar:.0%})"
+        return "unchanged", f"within {limit} and the noise allowance ({bar:.0%})"
+    margin = acceptable_slowdown / 2
+    if change.estimate > acceptable_slowdown and change.low > margin:
+        return "slower", f"slower beyond {limit}, the interval above {margin:.1%}"
+    if change.estimate < -acceptable_slowdown and change.high < -margin:
+        return "faster", f"faster beyond {limit}, the interval below -{margin:.1%}"
+    if abs(change.estimate) > acceptable_slowdown:
+        return "unchanged", f"beyond {limit} but the interval reaches within {margin:.1%}: noise"
+    if change.low > 0:
+        return "unchanged", f"slower, but within {limit}"
+    return "unchanged", f"within {limit}"
+
+
 # -- the recommendation -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Vote:
-    """One sampled input's vote, its reason and the numbers behind it."""
+    """One sampled input's vote, its reason and the numbers behind it.
+
+    Under the paired rule ``change`` holds the input's paired change and
+    ``verdict`` what it says; ``time_check`` is then whether it voted run.
+    """
 
     input_id: str
     group: int
@@ -626,13 +897,15 @@ class Vote:
     gradient_check: bool | None
     reason: str
     numbers: dict[str, float | str | None]
+    change: PairedChange | None = None
+    verdict: Verdict | None = None
 
     @property
     def decision(self) -> str:
         return "run" if self.run else "skip"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "input_id": self.input_id,
             "group": self.group,
             "label": self.label,
@@ -642,11 +915,66 @@ class Vote:
             "reason": self.reason,
             "numbers": self.numbers,
         }
+        if self.change is not None:
+            document["change"] = self.change.to_dict()
+            document["verdict"] = self.verdict
+        return document
+
+
+@dataclass(frozen=True)
+class ClusterJudgement:
+    """One cluster's decision under the paired rule: run when any of its judged inputs is
+    slower beyond the acceptable slow-down with confidence (a cluster can hold kinds of
+    input its attributes do not tell apart, and a slowdown of one kind must not be
+    outvoted by the others)."""
+
+    label: int
+    name: str
+    size: int
+    votes: list[Vote]
+    change: PairedChange | None
+
+    @property
+    def run_votes(self) -> int:
+        return sum(vote.run for vote in self.votes)
+
+    @property
+    def decision(self) -> str:
+        return "run" if self.run_votes else "skip"
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.decision == "run":
+            return "slower"
+        faster = sum(vote.verdict == "faster" for vote in self.votes)
+        return "faster" if self.votes and 2 * faster > len(self.votes) else "unchanged"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "name": self.name,
+            "size": self.size,
+            "judged": len(self.votes),
+            "run_votes": self.run_votes,
+            "decision": self.decision,
+            "verdict": self.verdict,
+            "change": None if self.change is None else self.change.to_dict(),
+            "inputs": [vote.input_id for vote in self.votes],
+        }
+
+
+# Inputs named as the ones that drove a decision.
+DRIVERS = 3
 
 
 @dataclass(frozen=True)
 class Recommendation:
-    """Run or skip the full performance suite, with every vote."""
+    """Run or skip the full performance suite, with every vote.
+
+    ``rule`` "paired" (default): run when any cluster runs (its sampled inputs
+    slower with confidence); "paper": run when at least half of all votes say
+    run (the paper's pooled vote).
+    """
 
     votes: list[Vote]
     parameters: dict[str, Any]
@@ -654,6 +982,8 @@ class Recommendation:
     close_band: tuple[float, float]
     per_cluster: int
     outside_inputs: list[str] = field(default_factory=list)
+    rule: str = "paper"
+    clusters: list[ClusterJudgement] = field(default_factory=list)
 
     @property
     def run_votes(self) -> int:
@@ -665,11 +995,40 @@ class Recommendation:
 
     @property
     def decision(self) -> str:
+        if self.rule == "paired":
+            return "run" if any(c.decision == "run" for c in self.clusters) else "skip"
         # A tie runs the suite: a missed slowdown costs more than a needless run.
         return "run" if self.votes and self.run_share >= 0.5 else "skip"
 
     @property
+    def faster(self) -> bool:
+        """Paired rule: every judged cluster got faster."""
+        judged = [c for c in self.clusters if c.votes]
+        return bool(judged) and all(c.verdict == "faster" for c in judged)
+
+    @property
+    def drivers(self) -> list[Vote]:
+        """The few inputs behind the decision: the largest slow-downs that voted run, or,
+        for a skip, the largest changes either way."""
+        if self.decision == "run":
+            chosen = [vote for vote in self.votes if vote.run]
+        else:
+            chosen = [vote for vote in self.votes if vote.change is not None]
+        return sorted(chosen, key=lambda vote: -abs(_estimate(vote)))[:DRIVERS]
+
+    @property
     def close(self) -> bool:
+        """Paired rule: a skip although some input looked slower than acceptable, its
+        interval too wide to tell; paper rule: a run share within the close band."""
+        if self.rule == "paired":
+            acceptable = float(self.parameters["acceptable_slowdown"])
+            return self.decision == "skip" and any(
+                vote.verdict == "unchanged"
+                and vote.change is not None
+                and vote.change.has_interval
+                and vote.change.estimate > acceptable
+                for vote in self.votes
+            )
         low, high = self.close_band
         return bool(self.votes) and low <= self.run_share <= high
 
@@ -678,13 +1037,39 @@ class Recommendation:
         if not self.close:
             return None
         larger = 2 * self.per_cluster
+        share = (
+            "an input looked slower than acceptable, its interval too wide to tell"
+            if self.rule == "paired"
+            else f"the vote is close ({self.run_share:.0%} run)"
+        )
         return {
             "message": (
-                f"the vote is close ({self.run_share:.0%} run): profile a larger sample, "
-                f"{larger} inputs per cluster with the same seed, and decide again"
+                f"{share}: profile a larger sample, {larger} inputs per cluster with the same "
+                "seed, and decide again"
             ),
             "per_cluster": larger,
         }
+
+    def summary(self) -> str:
+        """One line that leads with the decision."""
+        if self.rule != "paired":
+            return (
+                f"{self.decision.upper()}: {self.run_votes} of {len(self.votes)} sampled inputs "
+                f"vote run ({self.run_share:.0%})"
+            )
+        slower = [c for c in self.clusters if c.decision == "run"]
+        if slower:
+            names = ", ".join(f"{c.name} ({_describe(c.change)})" for c in slower if c.votes)
+            return (
+                f"RUN: slower with confidence in {len(slower)} of {len(self.clusters)} "
+                f"clusters: {names}"
+            )
+        if self.faster:
+            return "SKIP: the update is faster in every cluster"
+        return (
+            "SKIP: no cluster is slower beyond the acceptable slow-down "
+            f"({len(self.clusters)} judged)"
+        )
 
     def seed_table(self) -> str:
         """The votes laid out as the paper's Tables I and II (x: gradient check not needed)."""
@@ -693,7 +1078,10 @@ class Recommendation:
         gradient_row = [
             "x" if vote.gradient_check is None else str(vote.gradient_check) for vote in self.votes
         ]
-        rows = [["Checks", *labels], ["Timethreshold", *time_row], ["Gradient", *gradient_row]]
+        first = "Slower" if self.rule == "paired" else "Timethreshold"
+        rows = [["Checks", *labels], [first, *time_row]]
+        if self.rule != "paired":
+            rows.append(["Gradient", *gradient_row])
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         return "\n".join(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -701,7 +1089,7 @@ class Recommendation:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "decision": self.decision,
             "run_share": self.run_share,
             "run_votes": self.run_votes,
@@ -712,41 +1100,60 @@ class Recommendation:
             "parameters": self.parameters,
             "outside_inputs": self.outside_inputs,
             "votes": [vote.to_dict() for vote in self.votes],
+            "rule": self.rule,
+            "summary": self.summary(),
         }
+        if self.rule == "paired":
+            document["faster"] = self.faster
+            document["clusters"] = [c.to_dict() for c in self.clusters]
+            document["drivers"] = [vote.input_id for vote in self.drivers]
+        return document
+
+
+def _estimate(vote: Vote) -> float:
+    return vote.change.estimate if vote.change is not None else 0.0
+
+
+def _describe(change: PairedChange | None) -> str:
+    return "no paired change" if change is None else change.describe()
 
 
 class RunOrSkipRecommender(BaseEstimator):
     """Judge sampled inputs of a code update against the clustered baseline.
 
-    ``acceptable_slowdown`` bounds the drop of the slope statements/time (the
-    paper's gradient check; 0.38 by default, the paper's value). Since the
-    slope is statements per second, a drop d means the same statements take
-    1 / (1 - d) times as long: 38% is a 1.61-fold time.
+    ``rule="paired"`` (default): every sampled input is compared with itself on
+    the old code (the ``reference`` profiles measured alternately with the
+    update, else its baseline profile) through its repeated timings
+    (:func:`paired_change`). It votes run when it is slower by more than
+    ``acceptable_slowdown`` (default 5%) with the interval (``confidence``)
+    above no change. Each cluster decides by its own votes (run when any says
+    run) and the suite runs when any cluster does, so a slowdown confined to
+    one kind of input is not outvoted by the others. The clusters
+    only place inputs, so a patch that adds statements cannot excuse itself.
+    ``time_tolerance`` is the noise allowance of inputs without repeated
+    timings.
 
-    ``time_tolerance`` raises every time threshold by that share before the
-    time check, so that run-to-run timing jitter of an unchanged input does not
-    vote "run" (0 gives the paper's exact rule).
-
-    ``reference``, when given to :meth:`recommend`, holds profiles of the
-    sampled inputs on the old code, measured in the same session as the
-    update (ideally alternating old and new). The gradient check then compares
-    with them instead of the baseline, and each time threshold is scaled by
-    the drift of its input: the ratio of its reference time to its baseline
-    time, which removes a machine that is slower or faster now than when the
-    baseline was profiled, even when its load changes while the sample is
-    profiled. An input without a reference profile of its own takes the
-    median drift of the others (``Recommendation.drift``).
+    ``rule="paper"``: the paper's Algorithms 1 and 2 as written: a time
+    threshold from the cluster's baseline inputs of similar statement counts
+    (raised by ``time_tolerance``), then the slope statements/time, whose drop
+    beyond ``acceptable_slowdown`` (the paper: 38%, a 1.61-fold time) votes run;
+    the suite runs when half of all votes do. With a ``reference``, the
+    thresholds are scaled by each input's drift (reference / baseline time).
     """
 
     def __init__(
         self,
         *,
-        acceptable_slowdown: float = 0.38,
+        rule: Rule = "paired",
+        acceptable_slowdown: float = 0.05,
+        confidence: float = 0.95,
         time_tolerance: float = 0.10,
         time_attribute: TimeAttribute = "cpu_time_s",
         close_band: tuple[float, float] = (0.45, 0.55),
     ) -> None:
+        self.rule = rule
         self.acceptable_slowdown = acceptable_slowdown
+        self.confidence = confidence
         self.time_tolerance = time_tolerance
         self.time_attribute = time_attribute
         self.close_band = close_band
@@ -780,31 +1187,49 @@ class RunOrSkipRecommender(BaseEstimator):
         outside = sorted(p.input_id for p, ok in zip(unknown, inside, strict=True) if not ok)
         group_order = [c.label for c in clustering.clusters_]
         votes: list[Vote] = []
+        judgements: list[ClusterJudgement] = []
         for label in group_order:
-            members = [baseline_by_id[i] for i in clustering.cluster(label).members]
-            statements = np.array([p.statements for p in members], dtype=float)
-            times = np.array([self._time(p) for p in members], dtype=float)
+            cluster = clustering.cluster(label)
             in_group = sorted(
                 (p for p in update if groups.get(p.input_id) == label), key=lambda p: p.input_id
             )
+            cluster_votes = []
             for position, profile in enumerate(in_group, start=1):
                 previous = reference_by_id.get(profile.input_id) or baseline_by_id.get(
                     profile.input_id
                 )
-                votes.append(
-                    self._vote(
+                name = _vote_label(group_order.index(label) + 1, label, position)
+                if self.rule == "paired":
+                    vote = self._paired_vote(
+                        profile, previous, label, name, profile.input_id in reference_by_id
+                    )
+                else:
+                    members = [baseline_by_id[i] for i in cluster.members]
+                    vote = self._vote(
                         profile,
                         previous,
                         label=label,
-                        name=_vote_label(group_order.index(label) + 1, label, position),
-                        threshold=time_threshold(statements, times, profile.statements),
+                        name=name,
+                        threshold=time_threshold(
+                            np.array([p.statements for p in members], dtype=float),
+                            np.array([self._time(p) for p in members], dtype=float),
+                            profile.statements,
+                        ),
                         drift=drifts.get(profile.input_id, drift),
                     )
+                cluster_votes.append(vote)
+            votes += cluster_votes
+            if self.rule == "paired":
+                pooled = self._pooled_change(cluster_votes, in_group, reference_by_id)
+                judgements.append(
+                    ClusterJudgement(label, cluster.name, cluster.size, cluster_votes, pooled)
                 )
         return Recommendation(
             votes=votes,
             parameters={
+                "rule": self.rule,
                 "acceptable_slowdown": self.acceptable_slowdown,
+                "confidence": self.confidence,
                 "time_tolerance": self.time_tolerance,
                 "time_attribute": self.time_attribute,
                 "close_band": list(self.close_band),
@@ -813,13 +1238,19 @@ class RunOrSkipRecommender(BaseEstimator):
             close_band=self.close_band,
             per_cluster=per_cluster,
             outside_inputs=outside,
+            rule=self.rule,
+            clusters=judgements,
         )
 
     def _check_parameters(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
         if self.acceptable_slowdown < 0:
             raise ValueError(
                 f"acceptable_slowdown must be 0 or more, got {self.acceptable_slowdown}"
             )
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must lie between 0 and 1, got {self.confidence}")
         if self.time_tolerance < 0:
             raise ValueError(f"time_tolerance must be 0 or more, got {self.time_tolerance}")
         if self.time_attribute not in ("cpu_time_s", "wall_time_s"):
@@ -833,6 +1264,11 @@ class RunOrSkipRecommender(BaseEstimator):
     def _time(self, profile: Profile) -> float:
         return float(getattr(profile, self.time_attribute))
 
+    def _times(self, profile: Profile) -> list[float]:
+        """Every timing pass of the profile, or its minimum when it kept none."""
+        passes = getattr(profile, self.time_attribute.replace("_time_s", "_times_s"), None)
+        return list(passes) if passes else [self._time(profile)]
+
     def _drifts(
         self, baseline: Mapping[str, Profile], reference: Mapping[str, Profile]
     ) -> dict[str, float]:
@@ -842,6 +1278,89 @@ class RunOrSkipRecommender(BaseEstimator):
             for input_id, profile in reference.items()
             if input_id in baseline and self._time(baseline[input_id]) > 0
         }
+
+    def _paired_change(
+        self, previous: Profile, profile: Profile, paired: bool
+    ) -> PairedChange | None:
+        old, new = self._times(previous), self._times(profile)
+        if min(old + new) <= 0:
+            return None
+        return paired_change(
+            old,
+            new,
+            paired=paired,
+            confidence=self.confidence,
+            rounds=_shared_rounds(previous, profile) if paired else None,
+        )
+
+    def _paired_vote(
+        self, profile: Profile, previous: Profile | None, label: int, name: str, alternated: bool
+    ) -> Vote:
+        numbers: dict[str, float | str | None] = {
+            "time_s": self._time(profile),
+            "statements": float(profile.statements),
+            "previous_time_s": None if previous is None else self._time(previous),
+            "previous_statements": None if previous is None else float(previous.statements),
+            "time_change": None
+            if previous is None
+            else _relative(self._time(profile), self._time(previous)),
+            "statement_change": None
+            if previous is None
+            else _relative(float(profile.statements), float(previous.statements)),
+        }
+        change = None if previous is None else self._paired_change(previous, profile, alternated)
+        if change is None:
+            why = "no earlier profile of this input" if previous is None else "a time of 0"
+            return Vote(
+                profile.input_id, label, name, False, False, None, f"not judged: {why}", numbers
+            )
+        verdict, why = judge_change(change, self.acceptable_slowdown, self.time_tolerance)
+        numbers |= {
+            "change": change.estimate,
+            "change_low": change.low,
+            "change_high": change.high,
+            "change_method": change.method,
+        }
+        source = "the reference" if alternated else "the baseline"
+        reason = f"{self.time_attribute} {change.describe()} against {source}: {why}"
+        run = verdict == "slower"
+        return Vote(profile.input_id, label, name, run, run, None, reason, numbers, change, verdict)
+
+    def _pooled_change(
+        self,
+        votes: Sequence[Vote],
+        profiles: Sequence[Profile],
+        reference: Mapping[str, Profile],
+    ) -> PairedChange | None:
+        """The cluster's change: every judged input's paired passes pooled (each input
+        compared with itself, so sizes do not mix), else the median input estimate."""
+        changes = [vote.change for vote in votes if vote.change is not None]
+        if not changes:
+            return None
+        by_id = {p.input_id: p for p in profiles}
+        if len({c.passes for c in changes}) == 1 and all(
+            c.method == "paired_rounds" for c in changes
+        ):
+            logs = [
+                round_logs(
+                    np.array(self._times(reference[vote.input_id])),
+                    np.array(self._times(by_id[vote.input_id])),
+                    changes[0].passes,
+                )
+                for vote in votes
+                if vote.change is not None
+            ]
+            return round_change(np.array(logs), self.confidence)
+        if all(c.method == "paired_passes" for c in changes):
+            old: list[float] = []
+            new: list[float] = []
+            for vote in votes:
+                if vote.change is not None:
+                    old += self._times(reference[vote.input_id])
+                    new += self._times(by_id[vote.input_id])
+            return paired_change(old, new, paired=True, confidence=self.confidence)
+        estimate = float(np.median([c.estimate for c in changes]))
+        return PairedChange(estimate, None, None, "minima", len(changes))
 
     def _vote(
         self,
@@ -917,6 +1436,12 @@ class RunOrSkipRecommender(BaseEstimator):
             f"{time_text}; slope statements/time {movement}, {verdict} the acceptable "
             f"{self.acceptable_slowdown:.0%}"
         )
+
+
+def _shared_rounds(previous: Profile, profile: Profile) -> int | None:
+    """The rounds both profiles' passes form, when they were timed in the same rounds."""
+    rounds = getattr(profile, "timing_rounds", None)
+    return rounds if rounds and rounds == getattr(previous, "timing_rounds", None) else None
 
 
 def _vote_label(group_number: int, label: int, position: int) -> str:

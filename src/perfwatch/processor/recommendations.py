@@ -34,7 +34,7 @@ import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -67,7 +67,7 @@ MAX_CACHED_CLUSTERINGS = 64
 
 
 def _profile_dicts(profiles: Iterable[InputProfile]) -> list[dict[str, Any]]:
-    return [asdict(profile) for profile in profiles]
+    return [profile.to_json() for profile in profiles]
 
 
 def _profiles(items: Iterable[Mapping[str, Any]]) -> list[InputProfile]:
@@ -118,7 +118,9 @@ class InputsHandler:
         self._per_cluster = settings.per_cluster
         self._seed = settings.seed
         self._recommender = RunOrSkipRecommender(
+            rule=settings.rule,
             acceptable_slowdown=settings.acceptable_slowdown,
+            confidence=settings.confidence,
             time_tolerance=settings.time_tolerance,
             time_attribute=TIME_ATTRIBUTE,
         )
@@ -126,7 +128,9 @@ class InputsHandler:
             "method": settings.method,
             "per_cluster": settings.per_cluster,
             "seed": settings.seed,
+            "rule": settings.rule,
             "acceptable_slowdown": settings.acceptable_slowdown,
+            "confidence": settings.confidence,
             "time_tolerance": settings.time_tolerance,
             "time_attribute": TIME_ATTRIBUTE,
         }
@@ -276,6 +280,7 @@ class InputsHandler:
                 close_band=self._recommender.close_band,
                 per_cluster=self._per_cluster,
                 outside_inputs=sorted(p.input_id for p in sample),
+                rule=self._recommender.rule,
             )
             where = ", ".join(f"{name} {value}" for name, value in attributes.items())
             block = self._undecided(
@@ -321,7 +326,12 @@ class InputsHandler:
     @staticmethod
     def _undecided(recommendation: Recommendation, reason: str) -> dict[str, Any]:
         """A recommendation without votes: run the suite, and why nothing was judged."""
-        return {**recommendation.to_dict(), "decision": "run", "reason": reason}
+        return {
+            **recommendation.to_dict(),
+            "decision": "run",
+            "reason": reason,
+            "summary": f"RUN: {reason}",
+        }
 
 
 def _input_id(profile: InputProfile) -> str:

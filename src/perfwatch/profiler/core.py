@@ -155,17 +155,21 @@ class ProfileRun:
     when every pass completed.
     """
 
-    def __init__(self, input_id: str, size: float, *, repeats: int, warmup: int) -> None:
+    def __init__(
+        self, input_id: str, size: float, *, repeats: int, warmup: int, timing_only: bool = False
+    ) -> None:
         self.input_id = input_id
         self.size = size
         self.repeats = repeats
         self.warmup = warmup
+        self.timing_only = timing_only
         self.profile: InputProfile | None = None
 
     def __iter__(self) -> Iterator[_Pass]:
         passes: list[_Pass] = [WarmupPass() for _ in range(self.warmup)]
         passes += [TimingPass() for _ in range(self.repeats)]
-        passes += [MemoryPass(), CountingPass()]
+        if not self.timing_only:
+            passes += [MemoryPass(), CountingPass()]
         for measured_pass in passes:
             yield measured_pass
             if not measured_pass.completed:
@@ -177,9 +181,13 @@ class ProfileRun:
 
 
 def _assemble(input_id: str, size: float, passes: list[_Pass]) -> InputProfile:
+    """The profile of the passes; a timing-only run has no memory or counting pass and
+    reports zero for them (its counts come from another run of the same code)."""
     timings = [p.timing for p in passes if isinstance(p, TimingPass) and p.timing is not None]
-    memory = next(p.peak_memory_bytes for p in passes if isinstance(p, MemoryPass))
-    counts = next(p.counts for p in passes if isinstance(p, CountingPass))
+    memory = next((p.peak_memory_bytes for p in passes if isinstance(p, MemoryPass)), 0)
+    counts = next(
+        (p.counts for p in passes if isinstance(p, CountingPass)), ExecutionCounts(0, 0, 0, 0)
+    )
     assert memory is not None and counts is not None and timings
     return InputProfile(
         input_id=input_id,
@@ -191,6 +199,8 @@ def _assemble(input_id: str, size: float, passes: list[_Pass]) -> InputProfile:
         function_calls=counts.function_calls,
         loop_iterations=counts.loop_iterations,
         conditionals=counts.conditionals,
+        cpu_times_s=[t.cpu_time_s for t in timings],
+        wall_times_s=[t.wall_time_s for t in timings],
     )
 
 
@@ -201,6 +211,7 @@ def profile_versions(
     size: float,
     repeats: int = 5,
     warmup: int = 1,
+    timing_only: bool = False,
 ) -> dict[str, InputProfile]:
     """Profile several versions of the code on one input, alternating their passes.
 
@@ -208,7 +219,10 @@ def profile_versions(
     machine hits the versions alike instead of skewing one of them.
     """
     runs = {
-        name: (ProfileRun(input_id, size, repeats=repeats, warmup=warmup), call)
+        name: (
+            ProfileRun(input_id, size, repeats=repeats, warmup=warmup, timing_only=timing_only),
+            call,
+        )
         for name, call in versions.items()
     }
     return _run_in_rounds(runs)

@@ -53,6 +53,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(a sample from `perfwatch recommend --sample-out`)",
     )
     group.addoption(
+        "--perfwatch-timing-only",
+        action="store_true",
+        default=False,
+        help="timing passes only: memory and counts are written as 0 (for the later rounds "
+        "of `perfwatch profile --old-dir`, whose counts come from the first)",
+    )
+    group.addoption(
         "--perfwatch-kind",
         choices=("full_suite", "update_sample"),
         default=None,
@@ -88,6 +95,7 @@ class ProfilingSession:
         self.only: list[str] | None = (
             None if only is None else _read_ids(config.invocation_params.dir / only)
         )
+        self.timing_only: bool = config.getoption("perfwatch_timing_only")
         self.kind: str = config.getoption("perfwatch_kind") or (
             "full_suite" if self.only is None else "update_sample"
         )
@@ -126,6 +134,7 @@ class ProfilingSession:
             size=0.0,
             repeats=self.repeats,
             warmup=self.warmup,
+            timing_only=self.timing_only,
         )["test"]
         self.profiles.append(_with_size(profile, pyfuncitem))
         return True
@@ -171,6 +180,8 @@ def _without_own_options(args: Sequence[str]) -> list[str]:
     for arg in args:
         if skip_value:
             skip_value = False
+        elif arg == "--perfwatch-timing-only":
+            continue
         elif arg.startswith("--perfwatch-"):
             skip_value = "=" not in arg
         else:

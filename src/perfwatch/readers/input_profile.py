@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
@@ -75,7 +75,7 @@ class InputProfileFile:
             doc["command"] = self.command
         if self.measurement:
             doc["measurement"] = self.measurement
-        doc["profiles"] = [asdict(profile) for profile in self.profiles]
+        doc["profiles"] = [profile.to_json() for profile in self.profiles]
         return doc
 
 

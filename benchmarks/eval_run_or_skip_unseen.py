@@ -1,0 +1,173 @@
+"""Run-or-skip on two code bases it was not built with, five kinds of code update each.
+
+The code bases (benchmarks/unseen): ``exprcalc``, an expression tokenizer,
+parser and evaluator, and ``series``, numeric kernels over float series; each
+has inputs of three kinds and five updates (benchmarks/unseen/__init__.py):
+a bottleneck that adds statements, a slowdown confined to one kind of input,
+a slowdown executing the same statements, a refactor and a speed-up.
+
+Ground truth, by repeats: every input profiled on the old and the new code,
+passes alternating (``--truth-passes``); an update needs the suite ("run")
+when the median change of some kind of input exceeds the acceptable
+slow-down. Instruction counts (callgrind) are not used: the same-statements
+update changes the cost of C calls, which a count of Python lines cannot see
+and an instruction count sees only in part.
+
+Each decision: the old code's full suite profiled in interleaved rounds,
+clustered, a sample of ``--per-cluster`` inputs per cluster (sampling seed =
+the decision's number) profiled on the old and new code alternately, judged by
+the paired rule (the default) and by the paper's literal rule (time thresholds,
+slope check, 38%) on the same profiles.
+
+    python benchmarks/eval_run_or_skip_unseen.py [--decisions 10] [--input-seed 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from perfwatch.contract.models import InputProfile
+from perfwatch.detectors.inputs import (
+    InputClustering,
+    RunOrSkipRecommender,
+    input_table,
+    paired_change,
+    sample_inputs,
+)
+from perfwatch.profiler.core import profile_inputs, profile_versions
+from unseen import CODE_BASES, UPDATES, Inputs, call, inputs, load
+
+
+def versions(old: ModuleType, new: ModuleType, argument: object) -> dict[str, Callable[[], object]]:
+    return {"old": call(old, argument), "new": call(new, argument)}
+
+
+def truth(
+    made: Inputs, old: ModuleType, new: ModuleType, passes: int, acceptable: float
+) -> tuple[str, dict[str, float]]:
+    """The update's real effect: per kind, the median paired change of all its inputs."""
+    changes: dict[str, list[float]] = {}
+    for input_id, (kind, argument, size) in made.items():
+        pair = profile_versions(
+            versions(old, new, argument),
+            input_id=input_id,
+            size=size,
+            repeats=passes,
+            timing_only=True,
+        )
+        change = paired_change(
+            pair["old"].cpu_times_s or [], pair["new"].cpu_times_s or [], paired=True
+        )
+        changes.setdefault(kind, []).append(change.estimate)
+    per_kind = {kind: float(np.median(values)) for kind, values in changes.items()}
+    return ("run" if max(per_kind.values()) > acceptable else "skip"), per_kind
+
+
+def decide(
+    made: Inputs,
+    old: ModuleType,
+    new: ModuleType,
+    baseline: list[InputProfile],
+    clustering: InputClustering,
+    sample: list[str],
+    passes: int,
+) -> tuple[str, str, float]:
+    """Paired and paper decisions on one sample; seconds spent profiling it."""
+    started = time.perf_counter()
+    reference, update = [], []
+    for input_id in sample:
+        _, argument, size = made[input_id]
+        pair = profile_versions(
+            versions(old, new, argument), input_id=input_id, size=size, repeats=passes
+        )
+        reference.append(pair["old"])
+        update.append(pair["new"])
+    spent = time.perf_counter() - started
+    paired = RunOrSkipRecommender().recommend(clustering, baseline, update, reference=reference)
+    paper = RunOrSkipRecommender(rule="paper", acceptable_slowdown=0.38).recommend(
+        clustering, baseline, update, reference=reference
+    )
+    return paired.decision, paper.decision, spent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--decisions", type=int, default=10, help="decisions per case")
+    parser.add_argument("--per-kind", type=int, default=20, help="inputs per kind")
+    parser.add_argument("--input-seed", type=int, default=2, help="input generator seed")
+    parser.add_argument("--scale", type=float, default=1.0, help="input sizes times this")
+    parser.add_argument("--baseline-repeats", type=int, default=3)
+    parser.add_argument("--passes", type=int, default=15, help="timing passes per version")
+    parser.add_argument("--truth-passes", type=int, default=11)
+    parser.add_argument("--per-cluster", type=int, default=3)
+    parser.add_argument("--acceptable-slowdown", type=float, default=0.05)
+    parser.add_argument("--code-bases", nargs="+", choices=CODE_BASES, default=CODE_BASES)
+    parser.add_argument("--updates", nargs="+", choices=tuple(UPDATES), default=tuple(UPDATES))
+    args = parser.parse_args()
+
+    rows = []
+    for code_base in args.code_bases:
+        made = inputs(code_base, per_kind=args.per_kind, seed=args.input_seed, scale=args.scale)
+        old = load(code_base)
+        updates = {name: load(code_base, name) for name in args.updates}
+        kinds_of = sorted({kind for kind, _, _ in made.values()})
+        print(f"\n== {code_base}: {len(made)} inputs of kinds {', '.join(kinds_of)}")
+        truths = {}
+        for name, new in updates.items():
+            truths[name] = truth(made, old, new, args.truth_passes, args.acceptable_slowdown)
+            kinds = ", ".join(f"{kind} {change:+.1%}" for kind, change in truths[name][1].items())
+            print(f"  truth {name:<16} {truths[name][0]:<4}  median change per kind: {kinds}")
+        right = {name: [0, 0] for name in updates}
+        costs = {name: 0.0 for name in updates}
+        for decision in range(args.decisions):
+            calls = {i: call(old, argument) for i, (_, argument, _) in made.items()}
+            sizes = {i: size for i, (_, _, size) in made.items()}
+            started = time.perf_counter()
+            baseline = list(
+                profile_inputs(calls, sizes=sizes, repeats=args.baseline_repeats).values()
+            )
+            full = time.perf_counter() - started
+            clustering = InputClustering().fit(*input_table(baseline))
+            chosen = sample_inputs(clustering, per_cluster=args.per_cluster, seed=decision)
+            sample = [i for members in chosen.values() for i in members]
+            for name, new in updates.items():
+                paired, paper, spent = decide(
+                    made, old, new, baseline, clustering, sample, args.passes
+                )
+                right[name][0] += paired == truths[name][0]
+                right[name][1] += paper == truths[name][0]
+                costs[name] += spent
+            quality = clustering.silhouette_
+            print(
+                f"  decision {decision}: {len(clustering.clusters_)} groups, silhouette "
+                f"{quality if quality is None else round(quality, 2)}, sample {len(sample)}, "
+                f"full-suite profile {full:.1f} s; paired right so far "
+                f"{ {n: r[0] for n, r in right.items()} }"
+            )
+        for name in updates:
+            rows.append((code_base, name, truths[name], right[name], costs[name] / args.decisions))
+    print(
+        "\n| code base | update | truth | median change per kind | paired rule | paper's rule "
+        "| sample profiling (old + new) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for code_base, name, (expected, per_kind), (paired, paper), cost in rows:
+        kinds = ", ".join(f"{change:+.1%}" for change in per_kind.values())
+        print(
+            f"| {code_base} | {name} | {expected} | {kinds} | {paired}/{args.decisions} | "
+            f"{paper}/{args.decisions} | {cost:.2f} s |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""Two versions profiled alternately, and a newcomer's suite judged end to end.
+
+The suite is a small pytest project unlike the bundled example: word
+statistics over generated texts of three kinds. The patch adds an inner loop
+over every word's characters; each input gets about three times slower and
+executes more statements. Profiled round by round next to the old code, the
+recommendation must be RUN; the unchanged code must be SKIP.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from perfwatch.cli.main import main
+from perfwatch.readers.input_profile import read_input_profile
+
+OLD = """
+def score(words):
+    total = 0
+    for word in words:
+        total += len(word) * 3 + ord(word[0])
+    return total
+"""
+
+NEW = """
+def score(words):
+    total = 0
+    for word in words:
+        total += len(word) * 3 + ord(word[0])
+        for character in word:  # the patch: an inner loop over every character
+            total += ord(character) & 1
+    return total
+"""
+
+TESTS = """
+import random
+
+import pytest
+
+from wordstats import score
+
+LONGEST = {"short": 3, "medium": 4, "long": 5}
+COUNTS = [3000, 4000, 5000]
+
+
+def text(kind, count):
+    rng = random.Random(count)
+    return ["".join(rng.choice("abcdefgh") for _ in range(rng.randint(1, LONGEST[kind])))
+            for _ in range(count)]
+
+
+# made once, outside the profiled test bodies
+TEXTS = {(kind, count): text(kind, count) for kind in LONGEST for count in COUNTS}
+
+
+@pytest.mark.parametrize("kind", list(LONGEST))
+@pytest.mark.parametrize("count", COUNTS)
+def test_score(kind, count):
+    assert score(TEXTS[kind, count]) > 0
+"""
+
+
+def project(root: Path, code: str) -> Path:
+    (root / "tests").mkdir(parents=True)
+    (root / "conftest.py").write_text("")  # puts the project root on sys.path
+    (root / "wordstats.py").write_text(code)
+    (root / "tests" / "test_words.py").write_text(TESTS)
+    return root
+
+
+def invoke(arguments: list[str]) -> str:
+    result = CliRunner().invoke(main, arguments, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("newcomer")
+    old = project(root / "old", OLD)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(old)
+        invoke(["profile", "-o", str(root / "baseline.json"), "--repeats", "3", "--", "tests"])
+        invoke(
+            [
+                "recommend",
+                "--baseline",
+                str(root / "baseline.json"),
+                "--per-cluster",
+                "3",
+                "--sample-out",
+                str(root / "sample.txt"),
+            ]
+        )
+    return root
+
+
+def judge(root: Path, new_code: str, name: str) -> str:
+    new = project(root / name, new_code)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(new)
+        invoke(
+            [
+                "profile",
+                "--only",
+                str(root / "sample.txt"),
+                "--old-dir",
+                str(root / "old"),
+                "--rounds",
+                "5",
+                "--repeats",
+                "3",
+                "-o",
+                str(root / f"{name}.json"),
+                "--",
+                "tests",
+            ]
+        )
+    update = read_input_profile(root / f"{name}.json")
+    reference = read_input_profile(root / f"{name}.old.json")
+    assert [p.input_id for p in update.profiles] == [p.input_id for p in reference.profiles]
+    for profile in (*update.profiles, *reference.profiles):
+        assert profile.cpu_times_s is not None and len(profile.cpu_times_s) == 15
+        assert profile.statements > 0  # counted in the first round
+    assert update.measurement["alternated_rounds"] == 5
+    assert all(p.timing_rounds == 5 for p in update.profiles)
+    return invoke(
+        [
+            "recommend",
+            "--baseline",
+            str(root / "baseline.json"),
+            "--update",
+            str(root / f"{name}.json"),
+            "--reference",
+            str(root / f"{name}.old.json"),
+        ]
+    )
+
+
+def test_an_inner_loop_that_triples_the_time_runs(baseline: Path) -> None:
+    output = judge(baseline, NEW, "patched")
+    assert output.splitlines()[0].startswith("Recommendation: RUN"), output
+    sample = (baseline / "sample.txt").read_text().split()
+    votes = [line.split() for line in output.splitlines() if line.startswith("  C")]
+    assert {vote[1] for vote in votes} == set(sample)
+    assert {vote[2] for vote in votes} == {"run"}
+    assert "Cost: timing the 9 sampled inputs (old and new code)" in output
+    assert "over 5 alternating rounds against the reference: slower beyond" in output
+
+
+def test_the_same_code_on_both_sides_skips(baseline: Path) -> None:
+    output = judge(baseline, OLD, "unchanged")
+    assert output.splitlines()[0].startswith("Recommendation: SKIP"), output

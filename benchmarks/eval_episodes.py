@@ -13,7 +13,8 @@ the status is compared under three rules:
   episodes; a fixed regression shows as "improvement"),
 - noise only: a later improvement fixes a regression when the level after it
   is no worse than the old level by more than the noise (one stddev),
-- dashboard: the noise and at most half the regression (analysis.episodes).
+- dashboard: the noise and at most half the regression: the episode rule
+  (contract.episodes) the dashboard and the verdicts share.
 
 Printed: per noise family, size and outcome, the share of series whose
 regression the detector found, and among those the share given the right status
@@ -71,7 +72,7 @@ def latest_rule(cps: Sequence[Mapping[str, Any]]) -> str:
 
 RULES = {
     "latest": latest_rule,
-    "noise only": lambda cps: status_of(episodes(cps, step_share=None))[0],
+    "noise only": lambda cps: status_of(episodes(cps, fix_share=None))[0],
     "dashboard": lambda cps: status_of(episodes(cps))[0],
 }
 

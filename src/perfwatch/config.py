@@ -226,7 +226,7 @@ class VerdictsConfig(Section):
     pvalue_floor: float = setting(1e-9, "P-values below count as this.", gt=0)
     fix_share: float = setting(
         0.5,
-        "A change after a regression back to within this share of its step fixes it.",
+        "An improvement back to within the noise and this share of a regression's step fixes it.",
         gt=0,
         le=1,
     )

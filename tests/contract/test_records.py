@@ -301,9 +301,9 @@ def test_dumps_refuses_non_finite_numbers() -> None:
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
-# Any text a record can carry and a store can hold: every character but NUL and the
-# lone surrogates (category Cs), which UTF-8, and so a JSON message, cannot encode.
-stored_text = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+# Any text a record decoded from UTF-8 can hold and a store can keep: every character
+# but NUL and lone surrogates (UTF-8 cannot encode them, so no message carries one).
+stored_text = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
 names = st.text(stored_text, min_size=1, max_size=20)
 
 

@@ -365,6 +365,27 @@ def test_a_partial_return_does_not_fix_and_the_worst_open_regression_is_the_stat
     assert episodes_of(improvement, POLICY) == Episodes({}, {"state": "clear"})
 
 
+def test_a_fix_past_the_old_level_closes_stacked_regressions_as_one_episode() -> None:
+    first, second, fix = confirmed(
+        moved_level(10, 100.0, 105.0),
+        moved_level(20, 105.0, 112.0),
+        moved_level(30, 112.0, 95.0),  # better than before the first: fixes both
+    )
+    episodes = episodes_of([first, second, fix], POLICY)
+    assert episodes.by_finding[first.finding_id]["fix"]["finding_id"] == fix.finding_id
+    assert episodes.by_finding[second.finding_id]["fix"]["finding_id"] == fix.finding_id
+    # the fix carries the episode of the oldest regression it closes
+    assert episodes.by_finding[fix.finding_id]["regression"]["finding_id"] == first.finding_id
+    assert episodes.status == {"state": "clear"}
+    # within half the step but not within the noise (stddev 0.5): still open
+    regression, short = confirmed(moved_level(10, 100.0, 120.0), moved_level(16, 120.0, 101.0))
+    quiet = [
+        replace(f, evidence=replace(f.evidence, stddev_before=0.5, stddev_after=0.5))
+        for f in (regression, short)
+    ]
+    assert episodes_of(quiet, POLICY).status["state"] == "regressed"
+
+
 def test_the_fix_verdict_names_the_episode() -> None:
     regression, fix = confirmed(moved_level(10, 100.0, 120.0), moved_level(16, 120.0, 101.0))
     change = BeliefChange(CONFIRMED, fix.evidence, fix.evidence, fix)

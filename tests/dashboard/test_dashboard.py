@@ -22,8 +22,16 @@ from starlette.testclient import TestClient
 
 from perfwatch.config import Config
 from perfwatch.contract.codec import dumps
-from perfwatch.contract.models import InputProfile, MetricValue, Record, SeriesRef, Verdict
+from perfwatch.contract.models import (
+    ChangePointEvidence,
+    InputProfile,
+    MetricValue,
+    Record,
+    SeriesRef,
+    Verdict,
+)
 from perfwatch.contract.validation import validate_verdict
+from perfwatch.contract.verdicts import Finding, VerdictPolicy, episodes_of
 from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.analysis import ChangePointAnalysis, episodes, status_of
 from perfwatch.dashboard.app import DashboardSettings, create_app, plotly_js_path
@@ -227,7 +235,7 @@ def test_a_partly_undone_regression_stays_open_and_is_the_status() -> None:
     # within the noise (2) but keeping more than half of a small regression (3 -> 1.8 left)
     small = [change(40, 100, 103, 2.0, "regression"), change(48, 103, 101.8, 2.0, "improvement")]
     assert status_of(episodes(small))[0] == "regression"
-    assert status_of(episodes(small, step_share=None))[0] == "fixed"
+    assert status_of(episodes(small, fix_share=None))[0] == "fixed"
 
 
 def test_episodes_of_stacked_regressions_unrelated_improvements_and_unknown_directions() -> None:
@@ -255,26 +263,72 @@ def test_episodes_of_stacked_regressions_unrelated_improvements_and_unknown_dire
     assert status_of([]) == ("stable", None)
 
 
-@given(
-    st.lists(
-        st.tuples(
-            st.floats(50, 200), st.floats(0.1, 5), st.sampled_from(["regression", "improvement"])
-        ),
-        min_size=1,
-        max_size=8,
-    )
+# Levels a series steps through: (level after, noise, direction) per change point.
+level_steps = st.lists(
+    st.tuples(
+        st.floats(50, 200), st.floats(0.1, 5), st.sampled_from(["regression", "improvement"])
+    ),
+    min_size=1,
+    max_size=8,
 )
-def test_every_change_point_is_in_exactly_one_episode(steps: list) -> None:
+
+
+def stepped(steps: list) -> list[dict]:
+    """Change points every 10 runs from level 100 through `steps`."""
     changes, level = [], 100.0
     for i, (after, noise, direction) in enumerate(steps):
         changes.append(change(10 * (i + 1), level, after, noise, direction))
         level = after
+    return changes
+
+
+@given(level_steps)
+def test_every_change_point_is_in_exactly_one_episode(steps: list) -> None:
+    changes = stepped(steps)
     found = episodes(changes)
     starts = [e["index"] for e in found]
     fixes = [e["fixed_index"] for e in found if e["fixed_index"] is not None]
     assert sorted(starts + sorted(set(fixes))) == [c["index"] for c in changes]
     assert all(e["kind"] == "regression" for e in found if e["fixed_index"] is not None)
     assert (status_of(found)[0] == "regression") == any(e["open"] for e in found)
+
+
+@given(level_steps)
+def test_the_dashboard_and_the_verdicts_tell_the_same_episodes(steps: list) -> None:
+    changes = stepped(steps)
+    shown = {e["index"]: e["fixed_index"] for e in episodes(changes) if e["kind"] == "regression"}
+    findings = [
+        Finding(
+            ChangePointEvidence(
+                index=c["index"],
+                run_id=c["run_id"],
+                commit=None,
+                time=datetime(2026, 1, 1, tzinfo=UTC),
+                forward_change_percent=c["forward_change_percent"],
+                magnitude=abs(c["forward_change_percent"]) / 100,
+                mean_before=c["mean_before"],
+                stddev_before=c["stddev_before"],
+                mean_after=c["mean_after"],
+                stddev_after=c["stddev_after"],
+                pvalue=1e-9,
+                direction=c["direction"],
+            ),
+            f"{c['index']:032x}",
+            "confirmed",
+            0,
+        )
+        for c in changes
+    ]
+    told = episodes_of(findings, VerdictPolicy())
+    published = {
+        block["regression"]["index"]: block.get("fix", {}).get("index")
+        for block in told.by_finding.values()
+    }
+    assert published == shown
+    dashboard_status = status_of(episodes(changes))
+    assert (told.status["state"] == "regressed") == (dashboard_status[0] == "regression")
+    if dashboard_status[0] == "regression":
+        assert told.status["worst"]["index"] == dashboard_status[1]["index"]  # type: ignore[index]
 
 
 def test_segments_are_the_change_points_own_numbers() -> None:

@@ -36,6 +36,7 @@ from perfwatch.adapters.publisher import Publisher
 from perfwatch.adapters.pulsar import pulsar_processor
 from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.config import Config, ConsumerConfig, StoreConfig, TopicsConfig
+from perfwatch.contract.verdicts import CONFIRMED
 from perfwatch.dashboard import queries
 from perfwatch.dashboard.analysis import ChangePointAnalysis
 from perfwatch.dashboard.app import DashboardSettings, create_app
@@ -627,8 +628,12 @@ def test_new_verdict_appears_live_without_reload(
     )
     assert row is not None
     key = SeriesKey.of("live.checkout", "latency_ms", {"branch": "main"})
-    (stored,) = queries.verdict_feed(pipeline.store, series_key=key)
-    first = table(page, "#verdict-table")[0]
+    # the alert: the finding confirmed once stable (its detection came first)
+    (stored,) = queries.verdict_feed(pipeline.store, series_key=key, kinds=[CONFIRMED])
+    # newest first: the commit's incident, then the confirmed regression
+    kinds = [row[1] for row in table(page, "#verdict-table")[:2]]
+    assert kinds == ["INCIDENT", "REGRESSION"]
+    first = table(page, "#verdict-table")[1]
     assert first[1:5] == ["REGRESSION", "live.checkout", "latency_ms", stored["facts"]["commit"]]
     assert stored["verdict"]["change_point"]["index"] == 28
     status = page.get_attribute(f"#series-table tr[data-key='{key.canonical}']", "data-status")

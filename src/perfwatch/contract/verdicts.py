@@ -42,6 +42,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
+from perfwatch.contract.episodes import FIX_SHARE, regression_fixes
 from perfwatch.contract.models import ChangePointEvidence, SeriesRef, Verdict
 
 INCIDENT_OPENED: Final = "incident.opened"
@@ -83,9 +84,10 @@ class VerdictPolicy:
     # everything below pvalue_floor counts as pvalue_floor (certain is certain).
     pvalue_decades: float = 1.0
     pvalue_floor: float = 1e-9
-    # A change after a regression that brings the level back to within this share
-    # of the regression's step fixes it: the two are one episode.
-    fix_share: float = 0.5
+    # An improvement after a regression that brings the level back to within this
+    # share of the regression's step (and the noise) fixes it: one episode
+    # (contract.episodes).
+    fix_share: float = FIX_SHARE
 
     def differences(
         self, old: ChangePointEvidence, new: ChangePointEvidence
@@ -284,31 +286,24 @@ def _place(finding: Finding) -> dict[str, Any]:
     }
 
 
-def _fixes(regression: ChangePointEvidence, later: ChangePointEvidence, share: float) -> bool:
-    """Whether `later` brings the level back to within `share` of the regression's step."""
-    step = regression.mean_after - regression.mean_before
-    return _sign(later.forward_change_percent) == -_sign(regression.forward_change_percent) and abs(
-        later.mean_after - regression.mean_before
-    ) <= share * abs(step)
-
-
 def episodes_of(findings: Sequence[Finding], policy: VerdictPolicy) -> Episodes:
-    """A regression followed by a change back to its old level is one episode,
-    fixed; a regression not followed by one is open. The status is the worst
-    (largest) open regression, not the latest change."""
+    """A regression and the later improvement that brings the level back are one
+    episode, fixed, by the episode rule (`contract.episodes`); a regression
+    without one is open. The status is the worst (largest) open regression, not
+    the latest change. A fix that closes stacked regressions carries the episode
+    of the oldest."""
     ordered = sorted(findings, key=lambda f: f.index)
+    fixed_by = regression_fixes([f.evidence for f in ordered], policy.fix_share)
     by_finding: dict[str, dict[str, Any]] = {}
     open_regressions = []
-    for i, finding in enumerate(ordered):
-        if finding.evidence.direction != "regression":
-            continue
-        later = ordered[i + 1] if i + 1 < len(ordered) else None
+    for position, fix in fixed_by.items():
+        finding = ordered[position]
         episode: dict[str, Any] = {"state": "open", "regression": _place(finding)}
-        if later is not None and _fixes(finding.evidence, later.evidence, policy.fix_share):
-            episode = {**episode, "state": "fixed", "fix": _place(later)}
-            by_finding[later.finding_id] = episode
-        else:
+        if fix is None:
             open_regressions.append(finding)
+        else:
+            episode = {**episode, "state": "fixed", "fix": _place(ordered[fix])}
+            by_finding.setdefault(ordered[fix].finding_id, episode)
         by_finding[finding.finding_id] = episode
     if not open_regressions:
         return Episodes(by_finding, {"state": "clear"})

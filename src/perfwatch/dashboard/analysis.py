@@ -7,11 +7,11 @@ processor uses for the series (`perfwatch analyze`'s defaults unless the
 configuration's `[analyzer]` rules say otherwise), so each change point has
 one set of numbers, equal to `perfwatch analyze`'s on the same runs.
 
-Episodes pair a regression with the later change that returns the metric to
-its old level (within the noise of the segments either side, or better): a
-regression fixed a few runs later is shown as one episode, and a series'
-status is its worst open regression rather than the direction of its latest
-change.
+Episodes pair a regression with the later improvement that returns the metric
+to its old level, by the one episode rule the verdicts use too
+(`contract.episodes`): a regression fixed a few runs later is shown as one
+episode, and a series' status is its worst open regression rather than the
+direction of its latest change.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from perfwatch.config import Config
+from perfwatch.contract.episodes import FIX_SHARE, Level, regression_fixes
 from perfwatch.detectors.edivisive import EDivisiveParams, classify_direction, detect_change_points
 from perfwatch.state import Point, SeriesKey
 
@@ -109,56 +110,33 @@ class ChangePointAnalysis:
         return self.config.direction_for(metric)
 
 
-def _returns_to(
-    regression: Mapping[str, Any], change: Mapping[str, Any], step_share: float | None
-) -> bool:
-    """Whether `change` brings the metric back to the level before `regression`: the
-    level after it is no worse than the old one by more than the noise (the larger
-    stddev of the two segments) nor by more than `step_share` of the regression."""
-    old = regression["mean_before"]
-    step = regression["mean_after"] - old
-    worse_by = (change["mean_after"] - old) * (1.0 if step > 0 else -1.0)
-    allowed = max(regression["stddev_before"], change["stddev_after"])
-    if step_share is not None:
-        allowed = min(allowed, step_share * abs(step))
-    return worse_by <= allowed
-
-
 def episodes(
-    change_points: Sequence[Mapping[str, Any]], step_share: float | None = 0.5
+    change_points: Sequence[Mapping[str, Any]], fix_share: float | None = FIX_SHARE
 ) -> list[dict[str, Any]]:
     """The change points as episodes, oldest first.
 
-    A regression is an episode, open until a later improvement returns the
-    metric to its old level (see `_returns_to`; `step_share` None: within the
-    noise alone): that improvement closes it (and any regression opened after
-    it) as fixed instead of being an episode of its own. Other improvements and
-    changes of unknown direction are episodes by themselves.
+    A regression is an episode, open until a later improvement fixes it by the
+    episode rule (`contract.episodes`; `fix_share` None: within the noise
+    alone): that improvement closes it as fixed instead of being an episode of
+    its own. Other improvements and changes of unknown direction are episodes
+    by themselves.
     """
-    result: list[dict[str, Any]] = []
-    open_regressions: list[dict[str, Any]] = []
-    for change in sorted(change_points, key=lambda cp: int(cp["index"])):
+    ordered = sorted(change_points, key=lambda cp: int(cp["index"]))
+    fixed_by = regression_fixes([Level.of(cp) for cp in ordered], fix_share)
+    fixes = {position for position in fixed_by.values() if position is not None}
+    result = []
+    for position, change in enumerate(ordered):
+        if position in fixes:
+            continue
         direction = change["direction"]
-        if direction == "improvement":
-            fixed = next(
-                (r for r in open_regressions if _returns_to(r["change"], change, step_share)),
-                None,
-            )
-            if fixed is not None:
-                closed = open_regressions[open_regressions.index(fixed) :]
-                del open_regressions[open_regressions.index(fixed) :]
-                for episode in closed:
-                    episode["fixed_by"] = change
-                continue
+        fix = fixed_by.get(position)
         episode = {
             "kind": direction if direction in ("regression", "improvement") else "changed",
             "change": change,
-            "fixed_by": None,
+            "fixed_by": None if fix is None else ordered[fix],
         }
-        result.append(episode)
-        if direction == "regression":
-            open_regressions.append(episode)
-    return [_episode_dict(episode) for episode in result]
+        result.append(_episode_dict(episode))
+    return result
 
 
 def _episode_dict(episode: Mapping[str, Any]) -> dict[str, Any]:
@@ -183,13 +161,14 @@ def _episode_dict(episode: Mapping[str, Any]) -> dict[str, Any]:
 def status_of(series_episodes: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, Any] | None]:
     """The series' status and the episode it comes from.
 
-    "regression" while a regression is open (the largest open one), else the
-    latest episode's: "fixed" (a regression that was fixed), "improvement",
-    "changed" (direction unknown); "stable" without change points.
+    "regression" while a regression is open (the largest open one, the latest of
+    equals, as the verdicts' `series_status` names it), else the latest
+    episode's: "fixed" (a regression that was fixed), "improvement", "changed"
+    (direction unknown); "stable" without change points.
     """
     opened = [e for e in series_episodes if e["open"]]
     if opened:
-        worst = max(opened, key=lambda e: abs(e["forward_change_percent"]))
+        worst = max(opened, key=lambda e: (abs(e["forward_change_percent"]), e["index"]))
         return "regression", dict(worst)
     if not series_episodes:
         return "stable", None

@@ -106,8 +106,9 @@ def _summary(
     points: Sequence[Point],
     change_points: Sequence[Mapping[str, Any]],
     info: Mapping[str, Any],
+    fix_share: float,
 ) -> dict[str, Any]:
-    series_episodes = episodes(change_points)
+    series_episodes = episodes(change_points, fix_share)
     status, episode = status_of(series_episodes)
     latest = points[-1] if points else None
     return {
@@ -130,7 +131,7 @@ def series_summary(
     store: StateStore, key: SeriesKey, analysis: ChangePointAnalysis
 ) -> dict[str, Any]:
     """One row of the overview: identity, size, latest run, status and its episode."""
-    return _summary(key, *_analysed(store, key, analysis))
+    return _summary(key, *_analysed(store, key, analysis), analysis.config.verdicts.fix_share)
 
 
 def list_series(store: StateStore, analysis: ChangePointAnalysis) -> list[dict[str, Any]]:
@@ -244,7 +245,7 @@ def series_detail(
         return None
     params = analysis.params_for(key)
     return {
-        **_summary(key, points, change_points, info),
+        **_summary(key, points, change_points, info, analysis.config.verdicts.fix_share),
         "points": [_point_dict(point) for point in points],
         "change_point_list": change_points,
         "segments": segments(points, change_points),

@@ -18,6 +18,7 @@ leaves them out.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -134,3 +135,13 @@ def unique_topic(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"persistent://public/default/{test_name}-{purpose}-{uuid.uuid4().hex[:8]}"
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _restore_perfwatch_logger() -> Iterator[None]:
+    """Commands run in-process configure the "perfwatch" logger (their own handler, no
+    propagation); put it back, so a later test's caplog still sees its records."""
+    logger = logging.getLogger("perfwatch")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    yield
+    logger.handlers[:], logger.propagate, logger.level = saved

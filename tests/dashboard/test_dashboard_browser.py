@@ -21,7 +21,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -224,7 +223,7 @@ def inputs_record(run: str, kind: str, profiles: list[Any], hour: int) -> dict[s
         "branch": "main",
         "timestamp": datetime(2024, 7, 1, hour, 0, tzinfo=UTC).isoformat(),
         "metrics": {},
-        "inputs": {"kind": kind, "profiles": [asdict(p) for p in profiles]},
+        "inputs": {"kind": kind, "profiles": [p.to_json() for p in profiles]},
     }
 
 

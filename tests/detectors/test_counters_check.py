@@ -68,7 +68,7 @@ def with_counter(samples: CounterSamples, name: str, values: np.ndarray) -> Coun
 
 
 def test_good_run_passes_and_cpu_regression_is_flagged() -> None:
-    check = CounterRegressionCheck(threshold=0.1).fit(baseline())
+    check = CounterRegressionCheck(decision="threshold", threshold=0.1).fit(baseline())
     good = check.check(run(10))
     assert not good.regression
     bad = check.check(run(11, cpu_per_request=1.5))
@@ -79,7 +79,7 @@ def test_good_run_passes_and_cpu_regression_is_flagged() -> None:
 
 
 def test_relationship_change_with_unchanged_means_is_flagged() -> None:
-    check = CounterRegressionCheck(threshold=0.1).fit(baseline())
+    check = CounterRegressionCheck(decision="threshold", threshold=0.1).fit(baseline())
     rewired = run(12, log_follows="disk")
     base_log = np.concatenate([r.column("log") for r in baseline()])
     assert abs(rewired.column("log").mean() / base_log.mean() - 1) < 0.05
@@ -90,8 +90,10 @@ def test_a_disturbance_of_a_few_blocks_is_trimmed_but_a_lasting_one_is_not() -> 
     """A backup copy on the test machine sends five times the usual network traffic for
     15 of 300 samples (two blocks): it dominates a plain mean of the block errors (the
     models predict the load from the network), not the trimmed one."""
-    check = CounterRegressionCheck(threshold=0.1).fit(baseline())
-    plain = CounterRegressionCheck(threshold=0.1, error_trim=0.0).fit(baseline())
+    check = CounterRegressionCheck(decision="threshold", threshold=0.1).fit(baseline())
+    plain = CounterRegressionCheck(decision="threshold", threshold=0.1, error_trim=0.0).fit(
+        baseline()
+    )
     disturbed = run(13)
     values = disturbed.values.copy()
     values[140:155, NAMES.index("net")] *= 5.0

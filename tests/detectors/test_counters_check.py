@@ -106,7 +106,9 @@ def test_a_disturbance_of_a_few_blocks_is_trimmed_but_a_lasting_one_is_not() -> 
 
 
 def test_reported_model_is_the_statsmodels_ols_fit_and_its_error() -> None:
-    check = CounterRegressionCheck(steady_state="off", block=1, decouple_strongest=False)
+    check = CounterRegressionCheck(
+        steady_state="off", block=1, decouple_strongest=False, robust_fit=False
+    )
     runs = baseline()
     target = run(13, cpu_per_request=1.3)
     result = check.fit(runs).check(target)
@@ -283,11 +285,18 @@ def test_result_is_json_ready_stable_and_deterministic() -> None:
     assert orjson.dumps(first) == orjson.dumps(again)  # no NaN: orjson would refuse inf
     assert list(first) == [
         "regression",
+        "status",
+        "decision",
+        "alpha",
+        "pvalue",
+        "z",
+        "tail_inflation",
         "threshold",
         "threshold_source",
         "max_error",
         "max_excess_error",
         "look_first",
+        "blame",
         "clusters",
         "removed",
         "baseline",
@@ -315,7 +324,10 @@ def test_calibration_is_leave_one_out_plus_the_margin() -> None:
     runs = baseline(4)
     check = CounterRegressionCheck(calibration_margin=0.02).calibrate(runs)
     expected = [
-        CounterRegressionCheck().fit(runs[:i] + runs[i + 1 :]).check(runs[i]).max_excess_error
+        CounterRegressionCheck(decision="threshold")
+        .fit(runs[:i] + runs[i + 1 :])
+        .check(runs[i])
+        .max_excess_error
         for i in range(4)
     ]
     assert check.calibration_ is not None

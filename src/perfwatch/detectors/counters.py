@@ -321,6 +321,7 @@ class _Scores:
         self.z = np.full(size, -math.inf)
         self.pvalue = np.full(size, np.nan)
         self.tests = 0
+        self.fitted_rows = np.ones(0, dtype=bool)  # the baseline blocks the models fit
         # p-values of the good runs, each checked against the others, for every model
         self.null: list[float] = []
         self.left_out: list[str | None] = [None] * size
@@ -872,7 +873,8 @@ class CounterRegressionCheck(BaseEstimator):
             left_out = scores.left_out[position]
             predictors = [m for m in cluster.members if m not in (dependent, left_out)]
             model = "ols" if predictors else "intercept"
-            fitted = sm.OLS(y_base, _design(self._baseline, predictors)).fit()
+            rows = scores.fitted_rows
+            fitted = sm.OLS(y_base[rows], _design(self._baseline, predictors)[rows]).fit()
             intercept = float(fitted.params[0])
             coefficients = dict(zip(predictors, map(float, fitted.params[1:]), strict=True))
             r_squared = float(fitted.rsquared) if predictors else None
@@ -996,6 +998,7 @@ class CounterRegressionCheck(BaseEstimator):
         else:
             held_out = [(slice(None), predict(everything, z_base))]
         scores = _Scores(len(candidates))
+        scores.fitted_rows = everything
         for c, name in enumerate(candidates):
             floor = self.error_floor * float(np.mean(np.abs(self._baseline[name])))
             decoupled = strongest[c]
@@ -1225,7 +1228,8 @@ def _typical_rows(values: np.ndarray) -> np.ndarray:
     limit = chi2.ppf(_TYPICAL_QUANTILE, width)
     for _ in range(2):
         centred = values - values[keep].mean(axis=0)
-        precision = np.linalg.pinv(np.cov(centred[keep], rowvar=False), hermitian=True)
+        covariance = np.atleast_2d(np.cov(centred[keep], rowvar=False))
+        precision = np.linalg.pinv(covariance, hermitian=True)
         keep = np.einsum("ij,jk,ik->i", centred, precision, centred) <= limit
     return keep
 

@@ -67,10 +67,7 @@ import orjson
 import statsmodels.api as sm
 from scipy.stats import ks_2samp
 
-from perfwatch.detectors.counters import (
-    CounterCheckResult,
-    CounterRegressionCheck,
-    CounterSamples,
+from perfwatch.detectors.counter_steps import (
     block_means,
     correlation_matrix,
     fill_missing,
@@ -78,6 +75,11 @@ from perfwatch.detectors.counters import (
     redundancy_analysis,
     shrink_correlation,
     steady_state_window,
+)
+from perfwatch.detectors.counters import (
+    CounterCheckResult,
+    CounterRegressionCheck,
+    CounterSamples,
 )
 
 INTERVAL_S = 5.0

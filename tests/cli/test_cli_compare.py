@@ -48,7 +48,7 @@ def write_run(
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
     return {
-        "good": [write_run(tmp_path / f"good{i}.csv", i) for i in range(3)],
+        "good": [write_run(tmp_path / f"good{i}.csv", i) for i in range(5)],
         "target": write_run(tmp_path / "target.csv", 10),
         "regression": write_run(tmp_path / "slow.csv", 11, cpu_per_request=1.6),
         "calibration": [write_run(tmp_path / f"cal{i}.csv", 20 + i) for i in range(3)],
@@ -63,8 +63,30 @@ def invoke(*args: object) -> tuple[int, str, str]:
 def test_good_run_exits_0_with_the_verdict_first(files: dict) -> None:
     code, out, _ = invoke("--baseline", *files["good"], "--target", files["target"])
     assert code == 0, out
-    assert out.startswith("no regression")
-    assert "clusters, largest excess error first:" in out
+    assert out.startswith("no regression: p ")
+    assert "false-alarm rate 1.0%, from 5 baseline runs left out in turn" in out
+    assert "clusters, most unusual first:" in out
+
+
+def test_one_baseline_run_gives_no_verdict(files: dict) -> None:
+    code, out, _ = invoke("--baseline", files["good"][0], "--target", files["regression"])
+    assert code == 0, out
+    assert out.startswith("no verdict: a baseline of one run shows no run-to-run variation")
+    code, out, _ = invoke(
+        "--baseline", files["good"][0], "--target", files["target"], "--format", "json"
+    )
+    assert orjson.loads(out)["status"] == "insufficient_baseline"
+
+
+def test_the_fixed_threshold_instead_of_the_baseline_calibration(files: dict) -> None:
+    args = ["--baseline", *files["good"], "--target", files["target"]]
+    code, out, _ = invoke(*args, "--no-baseline-calibration")
+    assert code == 0, out
+    assert out.startswith("no regression: largest excess error ")
+    assert "within the 30.0% threshold (fixed)" in out
+    code, _, err = invoke(*args, "--threshold", "0.2", "--alpha", "0.05")
+    assert code == 2
+    assert "--alpha is the p-value rule's" in err
 
 
 def test_regression_exits_1_and_names_the_counters(files: dict) -> None:
@@ -86,7 +108,8 @@ def test_json_output_and_repeated_baseline_options(files: dict) -> None:
     assert code == 1
     document = orjson.loads(out)
     assert document["regression"] is True
-    assert document["baseline"]["runs"] == 3
+    assert document["baseline"]["runs"] == 5
+    assert document["status"] == "regression" and document["pvalue"] < 0.01
     flagged = [c for c in document["clusters"] if c["flagged"]]
     assert flagged and {"dependent", "coefficients", "ks_pvalue", "excess_error"} <= set(flagged[0])
 

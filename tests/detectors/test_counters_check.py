@@ -68,7 +68,7 @@ def with_counter(samples: CounterSamples, name: str, values: np.ndarray) -> Coun
 
 
 def test_good_run_passes_and_cpu_regression_is_flagged() -> None:
-    check = CounterRegressionCheck(threshold=0.1).fit(baseline())
+    check = CounterRegressionCheck(decision="threshold", threshold=0.1).fit(baseline())
     good = check.check(run(10))
     assert not good.regression
     bad = check.check(run(11, cpu_per_request=1.5))
@@ -79,7 +79,7 @@ def test_good_run_passes_and_cpu_regression_is_flagged() -> None:
 
 
 def test_relationship_change_with_unchanged_means_is_flagged() -> None:
-    check = CounterRegressionCheck(threshold=0.1).fit(baseline())
+    check = CounterRegressionCheck(decision="threshold", threshold=0.1).fit(baseline())
     rewired = run(12, log_follows="disk")
     base_log = np.concatenate([r.column("log") for r in baseline()])
     assert abs(rewired.column("log").mean() / base_log.mean() - 1) < 0.05
@@ -90,8 +90,10 @@ def test_a_disturbance_of_a_few_blocks_is_trimmed_but_a_lasting_one_is_not() -> 
     """A backup copy on the test machine sends five times the usual network traffic for
     15 of 300 samples (two blocks): it dominates a plain mean of the block errors (the
     models predict the load from the network), not the trimmed one."""
-    check = CounterRegressionCheck(threshold=0.1).fit(baseline())
-    plain = CounterRegressionCheck(threshold=0.1, error_trim=0.0).fit(baseline())
+    check = CounterRegressionCheck(decision="threshold", threshold=0.1).fit(baseline())
+    plain = CounterRegressionCheck(decision="threshold", threshold=0.1, error_trim=0.0).fit(
+        baseline()
+    )
     disturbed = run(13)
     values = disturbed.values.copy()
     values[140:155, NAMES.index("net")] *= 5.0
@@ -104,7 +106,9 @@ def test_a_disturbance_of_a_few_blocks_is_trimmed_but_a_lasting_one_is_not() -> 
 
 
 def test_reported_model_is_the_statsmodels_ols_fit_and_its_error() -> None:
-    check = CounterRegressionCheck(steady_state="off", block=1, decouple_strongest=False)
+    check = CounterRegressionCheck(
+        steady_state="off", block=1, decouple_strongest=False, robust_fit=False
+    )
     runs = baseline()
     target = run(13, cpu_per_request=1.3)
     result = check.fit(runs).check(target)
@@ -281,11 +285,18 @@ def test_result_is_json_ready_stable_and_deterministic() -> None:
     assert orjson.dumps(first) == orjson.dumps(again)  # no NaN: orjson would refuse inf
     assert list(first) == [
         "regression",
+        "status",
+        "decision",
+        "alpha",
+        "pvalue",
+        "z",
+        "tail_inflation",
         "threshold",
         "threshold_source",
         "max_error",
         "max_excess_error",
         "look_first",
+        "blame",
         "clusters",
         "removed",
         "baseline",
@@ -313,7 +324,10 @@ def test_calibration_is_leave_one_out_plus_the_margin() -> None:
     runs = baseline(4)
     check = CounterRegressionCheck(calibration_margin=0.02).calibrate(runs)
     expected = [
-        CounterRegressionCheck().fit(runs[:i] + runs[i + 1 :]).check(runs[i]).max_excess_error
+        CounterRegressionCheck(decision="threshold")
+        .fit(runs[:i] + runs[i + 1 :])
+        .check(runs[i])
+        .max_excess_error
         for i in range(4)
     ]
     assert check.calibration_ is not None
@@ -325,14 +339,16 @@ def test_calibration_is_leave_one_out_plus_the_margin() -> None:
 
 def test_calibration_prepares_each_run_once_and_changes_nothing() -> None:
     """The folds of a calibration share each run's preparation: every fold's result is
-    exactly that of a fit of its own, and the estimator's own fit is unaffected."""
+    exactly that of a fit of its own (calibration judges by the threshold rule), and the
+    estimator's own fit is unaffected."""
     runs = baseline(4)
     check = CounterRegressionCheck().calibrate(runs)
     for i in range(4):
-        alone = CounterRegressionCheck().fit(runs[:i] + runs[i + 1 :]).check(runs[i])
+        own = CounterRegressionCheck(decision="threshold").fit(runs[:i] + runs[i + 1 :])
+        alone = own.check(runs[i])
         assert check.calibration_["largest_excess_errors"][i] == (alone.max_excess_error or 0.0)
     fitted = check.fit(runs).check(run(27)).to_dict()
-    fresh = CounterRegressionCheck().fit(runs).check(run(27)).to_dict()
+    fresh = CounterRegressionCheck(decision="threshold").fit(runs).check(run(27)).to_dict()
     assert fitted["clusters"] == fresh["clusters"] and fitted["removed"] == fresh["removed"]
 
 

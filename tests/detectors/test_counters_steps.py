@@ -8,9 +8,6 @@ import math
 import numpy as np
 import pytest
 import statsmodels.api as sm
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 from scipy.stats import ks_2samp
@@ -27,7 +24,6 @@ from perfwatch.detectors.counter_steps import (
     ks_statistics,
     merge_singletons,
     percentage_error,
-    percentage_errors,
     redundancy_analysis,
     shrink_correlation,
     steady_state_window,
@@ -257,28 +253,3 @@ def test_trimmed_percentage_error_leaves_out_the_worst_share() -> None:
     assert percentage_error(actual, predicted, 10.0, 0.0) == pytest.approx(
         percentage_error(actual, predicted, 10.0)
     )
-
-
-_SAMPLE = st.one_of(
-    st.just(math.nan), st.just(0.0), st.floats(-1e6, 1e6, allow_nan=False, width=32)
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    actual=arrays(np.float64, st.tuples(st.integers(0, 25), st.integers(1, 6)), elements=_SAMPLE),
-    noise=st.floats(-0.5, 0.5),
-    floor=st.sampled_from([0.0, 0.5, 10.0]),
-    trim=st.sampled_from([0.0, 0.1, 0.2, 0.5]),
-)
-def test_percentage_errors_equal_percentage_error_column_by_column(
-    actual: np.ndarray, noise: float, floor: float, trim: float
-) -> None:
-    predicted = np.nan_to_num(actual) * (1 + noise) + noise
-    floors = floor * np.arange(1, actual.shape[1] + 1) % 3  # some columns without a floor
-    together = percentage_errors(actual, predicted, floors, trim)
-    one_by_one = [
-        percentage_error(actual[:, c], predicted[:, c], floors[c], trim)
-        for c in range(actual.shape[1])
-    ]
-    np.testing.assert_allclose(together, one_by_one, rtol=1e-12, atol=0)

@@ -58,17 +58,32 @@ class _GreedyCommand(click.Command):
 )
 @click.option("--target", "target_file", required=True, metavar="FILE", help="The run to check.")
 @click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=None,
+    help="False-alarm rate of the default rule, which judges each model's error against "
+    "its errors on the baseline runs, each left out in turn [0.01].",
+)
+@click.option(
+    "--no-baseline-calibration",
+    is_flag=True,
+    help="Do not judge against the baseline runs' own variation: use the fixed threshold "
+    "(--threshold, 0.3) on the excess error instead.",
+)
+@click.option(
     "--threshold",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Flag a cluster whose excess prediction error exceeds this fraction [0.3].",
+    help="Flag a cluster whose excess prediction error exceeds this fraction [0.3] "
+    "(the paper's rule, instead of the p-value).",
 )
 @click.option(
     "--calibrate",
     "calibrate_files",
     multiple=True,
     metavar="FILE...",
-    help="Good runs to learn the threshold from (leave-one-out; at least two runs).",
+    help="Good runs to learn a threshold from (leave-one-out; at least two runs), "
+    "instead of the p-value.",
 )
 @output_format_option()
 @click.option(
@@ -97,6 +112,8 @@ class _GreedyCommand(click.Command):
 def compare(
     baseline_files: tuple[str, ...],
     target_file: str,
+    alpha: float | None,
+    no_baseline_calibration: bool,
     threshold: float | None,
     calibrate_files: tuple[str, ...],
     output_format: str,
@@ -113,6 +130,12 @@ def compare(
     Exit status: 0 no regression, 1 regression, 2 bad input or usage."""
     if threshold is not None and calibrate_files:
         raise click.UsageError("give --threshold or --calibrate, not both")
+    threshold_rule = threshold is not None or bool(calibrate_files) or no_baseline_calibration
+    if alpha is not None and threshold_rule:
+        raise click.UsageError(
+            "--alpha is the p-value rule's; --threshold, --calibrate and "
+            "--no-baseline-calibration use a threshold instead"
+        )
     try:
         baseline = _runs(baseline_files)
         targets = _runs([target_file])
@@ -123,6 +146,8 @@ def compare(
             raise click.UsageError("--calibrate needs at least two good runs")
         # each value is already of its parameter's type: click converted and checked it
         given: dict[str, Any] = {
+            "alpha": alpha,
+            "decision": "threshold" if threshold_rule else None,
             "threshold": threshold,
             "redundancy_r2": redundancy_r2,
             "distance": distance,
@@ -165,7 +190,9 @@ def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> st
     if hasattr(check, "calibration_"):
         source = f"calibrated on {len(check.calibration_['runs'])} good runs"
     judged = [c for c in result.clusters if c.excess_error is not None]
-    if result.regression:
+    if result.decision == "pvalue":
+        headline = _pvalue_headline(result, len(judged))
+    elif result.regression:
         headline = (
             f"REGRESSION: {len(result.flagged_clusters)} of {len(judged)} clusters exceed "
             f"the {_pct(result.threshold)} threshold ({source})"
@@ -179,15 +206,24 @@ def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> st
     lines = [headline]
     if result.look_first:
         lines.append("look first: " + ", ".join(result.look_first))
-    lines += ["", "clusters, largest excess error first:"]
+    if result.blame:
+        lines.append(
+            "most unusual counters (z of their own model's error): "
+            + ", ".join(f"{name} {z:.1f}" for name, z in result.blame)
+        )
+    order = "most unusual" if result.decision == "pvalue" else "largest excess error"
+    lines += ["", f"clusters, {order} first:"]
     for rank, cluster in enumerate(result.clusters, 1):
         mark = "REGRESSION" if cluster.flagged else "ok"
         if cluster.excess_error is None:
             mark = "not judged"
+        evidence = ""
+        if result.decision == "pvalue" and cluster.z is not None:
+            evidence = f", z {cluster.z:.1f}, p {_p(cluster.run_pvalue)} (all models)"
         lines.append(
             f"  [{rank}] cluster {cluster.cluster}: {mark}, error {_pct(cluster.error)}, "
             f"usual on good runs {_pct(cluster.good_run_error)}, "
-            f"excess {_pct(cluster.excess_error)}"
+            f"excess {_pct(cluster.excess_error)}{evidence}"
         )
         lines.append(
             f"      dependent {cluster.dependent}: mean {cluster.baseline_mean:.4g} -> "
@@ -215,6 +251,30 @@ def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> st
         f"steady-state samples; target: samples {start + 1}-{end} (steady state)",
     ]
     return "\n".join(lines)
+
+
+def _pvalue_headline(result: CounterCheckResult, judged: int) -> str:
+    if result.status == "insufficient_baseline":
+        return (
+            "no verdict: a baseline of one run shows no run-to-run variation to judge "
+            "against; give two or more good runs (the errors below are the paper's figures)"
+        )
+    evidence = (
+        f"p {_p(result.pvalue)}, z {_z(result.z)} (corrected for the "
+        f"{sum(c.tests for c in result.clusters)} models judged; false-alarm rate "
+        f"{_pct(result.alpha)}, from {result.baseline_runs} baseline runs left out in turn)"
+    )
+    if result.regression:
+        return f"REGRESSION: {len(result.flagged_clusters)} of {judged} clusters, {evidence}"
+    return f"no regression: {evidence}"
+
+
+def _p(value: float | None) -> str:
+    return "--" if value is None else f"{value:.2g}"
+
+
+def _z(value: float | None) -> str:
+    return "--" if value is None else f"{value:.1f}"
 
 
 def _pct(value: float | None) -> str:

@@ -43,6 +43,7 @@ __all__ = [
     "shrink_correlation",
     "standardize",
     "steady_state_window",
+    "trimmed_mean",
 ]
 
 # Below this many observations a run is too short to look for warm-up in.
@@ -375,16 +376,12 @@ def block_means(values: np.ndarray, window: int) -> np.ndarray:
         return np.where(counts > 0, totals / counts, np.nan)
 
 
-def percentage_error(
-    actual: np.ndarray, predicted: np.ndarray, floor: float, trim: float = 0.0
-) -> float:
-    """Mean absolute percentage error, each denominator max(|actual|, floor).
+def percentage_errors(actual: np.ndarray, predicted: np.ndarray, floor: float) -> np.ndarray:
+    """Absolute percentage errors, each denominator max(|actual|, floor).
 
     NaN in ``actual`` marks a value that was not observed: left out. With ``floor`` > 0 a
     value near zero is measured against the floor instead of dividing by (almost)
-    nothing. With ``floor`` = 0 values equal to zero are left out. ``trim``: the largest
-    floor(trim x count) percentages are left out before averaging (a trimmed mean of the
-    worst side only). NaN when nothing is left.
+    nothing. With ``floor`` = 0 values equal to zero are left out.
     """
     scored = ~np.isnan(actual)
     actual, predicted = actual[scored], predicted[scored]
@@ -392,31 +389,23 @@ def percentage_error(
     if floor <= 0:
         scored = magnitude > 0
         actual, predicted, magnitude = actual[scored], predicted[scored], magnitude[scored]
-    if actual.size == 0:
+    return np.abs(actual - predicted) / np.maximum(magnitude, floor)
+
+
+def trimmed_mean(errors: np.ndarray, trim: float = 0.0) -> float:
+    """Mean without the largest floor(trim x count) values (a trimmed mean of the worst
+    side only); NaN for no values."""
+    if errors.size == 0:
         return math.nan
-    errors = np.abs(actual - predicted) / np.maximum(magnitude, floor)
     kept = errors.size - int(trim * errors.size)
     if kept < errors.size:
         errors = np.partition(errors, kept - 1)[:kept]
     return float(np.mean(errors))
 
 
-def percentage_errors(
-    actual: np.ndarray, predicted: np.ndarray, floors: np.ndarray, trim: float = 0.0
-) -> np.ndarray:
-    """``percentage_error`` of every column at once: ``actual`` and ``predicted`` are
-    observations x columns, ``floors`` one floor per column. Equal to the column-by-column
-    result up to the order of summation."""
-    floors = np.broadcast_to(np.asarray(floors, dtype=np.float64), actual.shape[1:])
-    magnitude = np.abs(actual)
-    with np.errstate(invalid="ignore"):
-        scored = ~np.isnan(actual) & ((floors > 0) | (magnitude > 0))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        errors = np.abs(actual - predicted) / np.maximum(magnitude, floors)
-    undefined = (np.isnan(errors) & scored).any(axis=0)  # NaN in, NaN out, as one by one
-    ranked = np.sort(np.where(scored, errors, np.inf), axis=0)
-    counts = scored.sum(axis=0)
-    kept = counts - (trim * counts).astype(np.int64)
-    totals = np.where(np.arange(ranked.shape[0])[:, None] < kept, ranked, 0.0).sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where((kept > 0) & ~undefined, totals / np.maximum(kept, 1), np.nan)
+def percentage_error(
+    actual: np.ndarray, predicted: np.ndarray, floor: float, trim: float = 0.0
+) -> float:
+    """Mean absolute percentage error (``percentage_errors``), trimmed of the largest
+    ``trim`` share (``trimmed_mean``). NaN when nothing is left."""
+    return trimmed_mean(percentage_errors(actual, predicted, floor), trim)

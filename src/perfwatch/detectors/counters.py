@@ -29,6 +29,7 @@ targets. Everything is deterministic: counters are processed in name order, no R
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import Counter
@@ -38,10 +39,19 @@ from typing import Any, Literal
 
 import numpy as np
 import statsmodels.api as sm
-from scipy.stats import ks_2samp
+from scipy.stats import chi2, ks_2samp
 from sklearn.base import BaseEstimator, clone
 from sklearn.covariance import ledoit_wolf_shrinkage
 
+from perfwatch.detectors.counter_decision import (
+    deflate,
+    effective_blocks,
+    excess_error_test,
+    familywise,
+    pvalue_to_z,
+    tail_inflation,
+    trimmed_mean_variance,
+)
 from perfwatch.detectors.counter_steps import (
     Distance,
     RedundancyStep,
@@ -58,11 +68,14 @@ from perfwatch.detectors.counter_steps import (
     shrink_correlation,
     standardize,
     steady_state_window,
+    trimmed_mean,
 )
 
 SingletonRule = Literal["merge", "intercept", "skip"]
 SteadyState = Literal["auto", "off"]
 DependentSelection = Literal["largest_excess", "beyond_baseline", "ks"]
+Decision = Literal["pvalue", "threshold"]
+Status = Literal["regression", "pass", "insufficient_baseline"]
 
 # Why a counter left the analysis (RemovedCounter.reason).
 MISSING_IN_BASELINE_RUN = "missing_in_baseline_run"
@@ -81,6 +94,9 @@ REDUNDANT = "redundant"
 _MIN_RIDGE = 1e-9
 # A counter whose R^2 on the sample index is at least this in every run is a clock.
 _CLOCK_R2 = 0.9999
+# robust_fit: baseline blocks beyond this chi-square quantile of the squared Mahalanobis
+# distance among a cluster's counters are left out of its models' fits
+_TYPICAL_QUANTILE = 0.99
 
 
 @dataclass(frozen=True)
@@ -164,6 +180,13 @@ class ClusterResult:
     flagged: bool
     baseline_mean: float
     target_mean: float
+    # decision="pvalue": how unusual the error is against the good runs' errors (z), its
+    # one-sided p-value, and the p-value corrected for every model judged in the run
+    z: float | None = None
+    pvalue: float | None = None
+    run_pvalue: float | None = None
+    tests: int = 0  # models judged for this cluster (candidates x variants)
+    candidate_z: dict[str, float] = field(default_factory=dict)  # z of each candidate's model
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,6 +208,10 @@ class ClusterResult:
             "flagged": self.flagged,
             "baseline_mean": _json_float(self.baseline_mean),
             "target_mean": _json_float(self.target_mean),
+            "z": _json_float(self.z),
+            "pvalue": _json_float(self.pvalue),
+            "familywise_pvalue": _json_float(self.run_pvalue),
+            "tests": self.tests,
         }
 
 
@@ -204,6 +231,18 @@ class CounterCheckResult:
     target_window: tuple[int, int]  # steady-state [start, end) of the target's samples
     target_label: str
     parameters: dict[str, Any]
+    decision: Decision = "threshold"
+    # "insufficient_baseline": one good run shows no run-to-run variation, so no verdict
+    status: Status = "pass"
+    alpha: float | None = None  # the false-alarm rate of decision="pvalue"
+    pvalue: float | None = None  # the run's p-value, corrected for every model judged
+    blame: list[tuple[str, float]] = field(default_factory=list)  # (counter, z), largest z first
+    tail_inflation: float = 1.0  # the good runs' tail over the assumed one (counter_decision)
+
+    @property
+    def z(self) -> float | None:
+        """The run's p-value as a standard normal score (comparable across studies)."""
+        return None if self.pvalue is None else _json_float(pvalue_to_z(self.pvalue))
 
     @property
     def max_error(self) -> float | None:
@@ -225,11 +264,18 @@ class CounterCheckResult:
         """JSON-ready, stable key order (the ``counter_check`` block of a verdict)."""
         return {
             "regression": self.regression,
+            "status": self.status,
+            "decision": self.decision,
+            "alpha": self.alpha,
+            "pvalue": _json_float(self.pvalue),
+            "z": self.z,
+            "tail_inflation": self.tail_inflation,
             "threshold": self.threshold,
             "threshold_source": self.threshold_source,
             "max_error": _json_float(self.max_error),
             "max_excess_error": _json_float(self.max_excess_error),
             "look_first": self.look_first,
+            "blame": [{"counter": name, "z": _json_float(z)} for name, z in self.blame],
             "clusters": [c.to_dict() for c in self.clusters],
             "removed": [r.to_dict() for r in self.removed],
             "baseline": {
@@ -265,12 +311,19 @@ class _PreparedRun:
 
 class _Scores:
     """Per candidate dependent: error on the target, usual error on good runs, the
-    excess compared with the threshold, and the predictor its model leaves out."""
+    excess compared with the threshold, how unusual the error is (z, p-value), and the
+    predictor its model leaves out."""
 
     def __init__(self, size: int) -> None:
         self.error = np.full(size, np.nan)
         self.usual = np.full(size, np.nan)
         self.excess = np.full(size, -math.inf)
+        self.z = np.full(size, -math.inf)
+        self.pvalue = np.full(size, np.nan)
+        self.tests = 0
+        self.fitted_rows = np.ones(0, dtype=bool)  # the baseline blocks the models fit
+        # p-values of the good runs, each checked against the others, for every model
+        self.null: list[float] = []
         self.left_out: list[str | None] = [None] * size
 
 
@@ -406,6 +459,10 @@ class CounterRegressionCheck(BaseEstimator):
         block: int = 10,
         subtract_good_run_error: bool = True,
         calibration_margin: float = 0.05,
+        robust_fit: bool = True,
+        drop_run_level_predictors: bool = True,
+        decision: Decision = "pvalue",
+        alpha: float = 0.01,
         max_missing_fraction: float = 0.5,
         look_first: int = 5,
     ) -> None:
@@ -428,6 +485,10 @@ class CounterRegressionCheck(BaseEstimator):
         self.block = block
         self.subtract_good_run_error = subtract_good_run_error
         self.calibration_margin = calibration_margin
+        self.robust_fit = robust_fit
+        self.drop_run_level_predictors = drop_run_level_predictors
+        self.decision = decision
+        self.alpha = alpha
         self.max_missing_fraction = max_missing_fraction
         self.look_first = look_first
 
@@ -447,9 +508,18 @@ class CounterRegressionCheck(BaseEstimator):
             "error_trim": 0.0,
             "block": 1,
             "subtract_good_run_error": False,
+            "decision": "threshold",
+            "robust_fit": False,
+            "drop_run_level_predictors": False,
         }
         params.update(overrides)
         return cls(**params)
+
+    @property
+    def effective_decision(self) -> Decision:
+        """``decision``, except that a calibrated threshold (``calibrate``) is a
+        threshold rule."""
+        return "threshold" if hasattr(self, "calibration_") else self.decision
 
     @property
     def effective_threshold(self) -> float:
@@ -511,6 +581,13 @@ class CounterRegressionCheck(BaseEstimator):
         ]
         if self.redundant_dependents and clusters:
             removed = self._attach(removed, blocks, kept, labels, names, clusters)
+        self.run_level_ = []
+        if self.drop_run_level_predictors and len(runs) > 1:
+            self.run_level_ = _run_level([run.values for run in runs], names)
+            for cluster in clusters:
+                moved = [m for m in cluster.members if m in self.run_level_]
+                cluster.members = [m for m in cluster.members if m not in moved]
+                cluster.redundant = moved + cluster.redundant
 
         self.names_ = names
         self.recorded_ = set().union(*(run.names for run in baseline_runs))
@@ -678,6 +755,7 @@ class CounterRegressionCheck(BaseEstimator):
 
         threshold = self.effective_threshold
         results = []
+        null: list[float] = []
         for number, (members, redundant) in enumerate(
             zip(self.clusters_, self.redundant_members_, strict=True)
         ):
@@ -685,12 +763,48 @@ class CounterRegressionCheck(BaseEstimator):
                 [m for m in members if m in values], [m for m in redundant if m in values]
             )
             if cluster.members or cluster.redundant:
-                results.append(self._check_cluster(number, cluster, values, observed, threshold))
-        results.sort(key=lambda c: (c.excess_error is None, -(c.excess_error or 0.0), c.cluster))
+                results.append(
+                    self._check_cluster(number, cluster, values, observed, threshold, null)
+                )
+        runs = len(self._run_slices)
+        tests = sum(c.tests for c in results)
+        inflation = tail_inflation(null)
+        results = [
+            dataclasses.replace(c, pvalue=_finite(deflate(c.pvalue, inflation)))
+            if c.pvalue is not None
+            else c
+            for c in results
+        ]
+        run_pvalue = familywise([c.pvalue for c in results if c.pvalue is not None], tests)
+        if self.effective_decision == "pvalue":
+            results = [
+                dataclasses.replace(
+                    c,
+                    run_pvalue=_finite(familywise([c.pvalue], tests))
+                    if c.pvalue is not None
+                    else None,
+                    flagged=runs > 1 and c.pvalue is not None and c.pvalue * tests < self.alpha,
+                )
+                for c in results
+            ]
+            results.sort(
+                key=lambda c: (c.pvalue is None, c.pvalue or 0.0, -(c.z or 0.0), c.cluster)
+            )
+        else:
+            results.sort(
+                key=lambda c: (c.excess_error is None, -(c.excess_error or 0.0), c.cluster)
+            )
         flagged = [c for c in results if c.flagged]
-        look_first = [c.dependent for c in flagged]
-        look_first += [m for c in flagged for m in c.members if m != c.dependent]
+        blame = _blame(results)
+        if self.effective_decision == "pvalue":
+            look_first = [name for name, _ in blame if flagged]
+        else:
+            look_first = [c.dependent for c in flagged]
+            look_first += [m for c in flagged for m in c.members if m != c.dependent]
         look_first = list(dict.fromkeys(look_first + new_activity))[: self.look_first]
+        status: Status = "regression" if flagged else "pass"
+        if self.effective_decision == "pvalue" and runs < 2:
+            status = "insufficient_baseline"
         return CounterCheckResult(
             regression=bool(flagged),
             threshold=threshold,
@@ -704,6 +818,12 @@ class CounterRegressionCheck(BaseEstimator):
             target_window=prepared.window,
             target_label=target.label,
             parameters=self.get_params(),
+            decision=self.effective_decision,
+            status=status,
+            alpha=self.alpha if self.effective_decision == "pvalue" else None,
+            pvalue=_finite(run_pvalue) if self.effective_decision == "pvalue" else None,
+            tail_inflation=inflation,
+            blame=blame[: self.look_first],
         )
 
     def _check_cluster(
@@ -713,6 +833,7 @@ class CounterRegressionCheck(BaseEstimator):
         target: dict[str, np.ndarray],
         target_observed: dict[str, np.ndarray],
         threshold: float,
+        null: list[float],
     ) -> ClusterResult:
         everyone = cluster.members + cluster.redundant
         # a percentage of a counter that is zero most of the time means nothing
@@ -720,7 +841,9 @@ class CounterRegressionCheck(BaseEstimator):
         modelable = [
             c
             for c in candidates
-            if self.singletons == "intercept" or any(m != c for m in cluster.members)
+            if self.singletons == "intercept"
+            or not cluster.members
+            or any(m != c for m in cluster.members)
         ]
         if self.dependent_selection == "largest_excess":
             pool = modelable
@@ -736,7 +859,9 @@ class CounterRegressionCheck(BaseEstimator):
         scores = None
         if pool and pool[0] in modelable:
             scores = self._score_models(cluster.members, pool, target, target_observed)
-            position = int(np.argmax(scores.excess))
+            null += scores.null
+            ranking = scores.z if self.effective_decision == "pvalue" else scores.excess
+            position = int(np.argmax(ranking))
             dependent = pool[position]
         else:
             dependent = (pool or candidates or everyone)[0]
@@ -746,19 +871,28 @@ class CounterRegressionCheck(BaseEstimator):
         y_base = self._baseline[dependent]
         intercept: float | None = None
         coefficients: dict[str, float] = {}
-        r_squared = error = good_run_error = excess = left_out = None
+        r_squared = error = good_run_error = excess = left_out = z = pvalue = None
+        candidate_z: dict[str, float] = {}
         model: Literal["ols", "intercept", "none"] = "none"
         if scores is not None:
             left_out = scores.left_out[position]
             predictors = [m for m in cluster.members if m not in (dependent, left_out)]
             model = "ols" if predictors else "intercept"
-            fitted = sm.OLS(y_base, _design(self._baseline, predictors)).fit()
+            rows = scores.fitted_rows
+            fitted = sm.OLS(y_base[rows], _design(self._baseline, predictors)[rows]).fit()
             intercept = float(fitted.params[0])
             coefficients = dict(zip(predictors, map(float, fitted.params[1:]), strict=True))
             r_squared = float(fitted.rsquared) if predictors else None
             error = _finite(scores.error[position])
             good_run_error = _finite(scores.usual[position])
             excess = _finite(scores.excess[position])
+            z = _finite(scores.z[position])
+            pvalue = _finite(scores.pvalue[position])
+            candidate_z = {
+                name: float(value)
+                for name, value in zip(pool, scores.z, strict=True)
+                if math.isfinite(value)
+            }
         return ClusterResult(
             cluster=number,
             members=sorted(everyone),
@@ -775,9 +909,15 @@ class CounterRegressionCheck(BaseEstimator):
             error=error,
             good_run_error=good_run_error,
             excess_error=excess,
-            flagged=excess is not None and excess > threshold,
+            flagged=self.effective_decision == "threshold"
+            and excess is not None
+            and excess > threshold,
             baseline_mean=float(np.mean(y_base)),
             target_mean=float(np.mean(target[dependent])),
+            z=z,
+            pvalue=pvalue,
+            tests=scores.tests if scores is not None else 0,
+            candidate_z=candidate_z,
         )
 
     def _score_models(
@@ -808,8 +948,10 @@ class CounterRegressionCheck(BaseEstimator):
         z_base = (base - centre) / scale
         z_target = (np.column_stack([target[n] for n in names]) - centre) / scale
 
-        # training sets: every baseline run, then each run left out in turn
+        # training sets: the fitted rows of every baseline run, then each run left out in turn
         everything = np.ones(z_base.shape[0], dtype=bool)
+        if self.robust_fit:
+            everything = _typical_rows(z_base)
         trains = [everything]
         for run in self._run_slices if len(self._run_slices) > 1 else []:
             trains.append(everything.copy())
@@ -828,7 +970,7 @@ class CounterRegressionCheck(BaseEstimator):
                 beta[column] = 0.0
                 enough = width >= 3
             else:
-                beta = (inverse @ (design.T @ z_base[:, column]))[1:]
+                beta = (inverse @ (design.T @ z_base[everything, column]))[1:]
                 enough = width >= 2
             use = self.decouple_strongest and enough
             strongest.append(int(np.argmax(np.abs(beta))) + 1 if use else None)
@@ -865,42 +1007,56 @@ class CounterRegressionCheck(BaseEstimator):
             ]
         else:
             held_out = [(slice(None), predict(0, z_base))]
-        floors = np.array(
-            [self.error_floor * float(np.mean(np.abs(self._baseline[name]))) for name in candidates]
-        )
-
-        def errors(actual: np.ndarray, predicted: np.ndarray) -> np.ndarray:
-            """(candidates, 2): every candidate's error under both models at once."""
-            both = np.repeat(actual[:, :, None], 2, axis=2).reshape(actual.shape[0], -1)
-            flat = percentage_errors(
-                both,
-                predicted.reshape(predicted.shape[0], -1),
-                np.repeat(floors, 2),
-                self.error_trim,
-            )
-            return flat.reshape(len(candidates), 2)
-
-        observed_base = np.column_stack([self._baseline_observed[n] for n in candidates])
-        target_errors = errors(np.column_stack([target_observed[n] for n in candidates]), on_target)
-        held_out_errors = [errors(observed_base[run], predicted) for run, predicted in held_out]
         scores = _Scores(len(candidates))
-        for c in range(len(candidates)):
+        scores.fitted_rows = everything
+        for c, name in enumerate(candidates):
+            floor = self.error_floor * float(np.mean(np.abs(self._baseline[name])))
             decoupled = strongest[c]
             for variant in (0,) if decoupled is None else (0, 1):
-                error = float(target_errors[c, variant])
-                usual = _usual_error(
-                    [
-                        e
-                        for run_errors in held_out_errors
-                        if math.isfinite(e := float(run_errors[c, variant]))
-                    ]
+                scores.tests += 1
+                blocks = percentage_errors(target_observed[name], on_target[:, c, variant], floor)
+                error = trimmed_mean(blocks, self.error_trim)
+                good = [
+                    percentage_errors(
+                        self._baseline_observed[name][run], predicted[:, c, variant], floor
+                    )
+                    for run, predicted in held_out
+                ]
+                good_errors = [trimmed_mean(g, self.error_trim) for g in good]
+                finite = [i for i, e in enumerate(good_errors) if math.isfinite(e)]
+                errors = [good_errors[i] for i in finite]
+                variances = [trimmed_mean_variance(good[i], self.error_trim) for i in finite]
+                usual = _usual_error(errors)
+                test = excess_error_test(
+                    error,
+                    trimmed_mean_variance(blocks, self.error_trim),
+                    errors,
+                    variances,
+                    effective_blocks(blocks, self.error_trim),
                 )
+                if len(finite) >= 3:
+                    for j in range(len(finite)):
+                        scores.null.append(
+                            excess_error_test(
+                                errors[j],
+                                variances[j],
+                                errors[:j] + errors[j + 1 :],
+                                variances[:j] + variances[j + 1 :],
+                            ).pvalue
+                        )
                 excess = error - (usual if math.isfinite(usual) else 0.0)
                 if not self.subtract_good_run_error:
                     excess = error
                 excess = excess if math.isfinite(excess) else -math.inf
-                if variant == 0 or excess > scores.excess[c]:
+                z = test.z if math.isfinite(test.z) else -math.inf
+                better = (
+                    z > scores.z[c]
+                    if self.effective_decision == "pvalue"
+                    else excess > scores.excess[c]
+                )
+                if variant == 0 or better:
                     scores.error[c], scores.usual[c], scores.excess[c] = error, usual, excess
+                    scores.z[c], scores.pvalue[c] = z, test.pvalue
                     scores.left_out[c] = (
                         members[decoupled - 1] if variant == 1 and decoupled is not None else None
                     )
@@ -919,7 +1075,7 @@ class CounterRegressionCheck(BaseEstimator):
         prepared: dict[tuple[int, tuple[str, ...]], tuple[CounterSamples, _PreparedRun]] = {}
         for held_out, run in enumerate(good_runs):
             others = [r for i, r in enumerate(good_runs) if i != held_out]
-            check = clone(self)
+            check = clone(self).set_params(decision="threshold")
             check._prepared_runs = prepared
             check.fit(others)
             largest.append(check.check(run).max_excess_error or 0.0)
@@ -939,6 +1095,7 @@ class CounterRegressionCheck(BaseEstimator):
             "singletons": ("merge", "intercept", "skip"),
             "steady_state": ("auto", "off"),
             "dependent_selection": ("largest_excess", "beyond_baseline", "ks"),
+            "decision": ("pvalue", "threshold"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -957,6 +1114,8 @@ class CounterRegressionCheck(BaseEstimator):
             raise ValueError("error_trim must be from 0 (inclusive) to 1 (exclusive)")
         if self.block < 1:
             raise ValueError("block must be at least 1 sample")
+        if not 0.0 < self.alpha < 1.0:
+            raise ValueError("alpha must be between 0 and 1 (exclusive)")
         if self.calibration_margin < 0:
             raise ValueError("calibration_margin must not be negative")
 
@@ -1099,6 +1258,43 @@ def _removal(
         r_squared=step.r_squared,
         explained_by=explained_by,
     )
+
+
+def _run_level(blocks: list[np.ndarray], names: list[str]) -> list[str]:
+    """Counters whose run means differ more between good runs than their blocks do
+    within a run (handle counts, free memory, a heap's live set)."""
+    means = np.array([np.nanmean(run, axis=0) for run in blocks])
+    within = np.nanmean([np.nanvar(run, axis=0, ddof=1) for run in blocks], axis=0)
+    between = np.var(means, axis=0, ddof=1)
+    return [names[i] for i in np.flatnonzero(between > within)]
+
+
+def _typical_rows(values: np.ndarray) -> np.ndarray:
+    """Rows that are not multivariate outliers: squared Mahalanobis distance from the
+    mean within the chi-square quantile ``_TYPICAL_QUANTILE`` (twice, the second time with
+    the mean and covariance of the rows the first pass kept). All rows when there are too
+    few for a covariance."""
+    rows, width = values.shape
+    keep = np.ones(rows, dtype=bool)
+    if rows <= 4 * width:
+        return keep
+    limit = chi2.ppf(_TYPICAL_QUANTILE, width)
+    for _ in range(2):
+        centred = values - values[keep].mean(axis=0)
+        covariance = np.atleast_2d(np.cov(centred[keep], rowvar=False))
+        precision = np.linalg.pinv(covariance, hermitian=True)
+        keep = np.einsum("ij,jk,ik->i", centred, precision, centred) <= limit
+    return keep
+
+
+def _blame(clusters: list[ClusterResult]) -> list[tuple[str, float]]:
+    """Counters ranked by how unusual their own model's error is (z against the good
+    runs' errors), largest first; ties in name order."""
+    best: dict[str, float] = {}
+    for cluster in clusters:
+        for name, z in cluster.candidate_z.items():
+            best[name] = max(z, best.get(name, -math.inf))
+    return sorted(best.items(), key=lambda item: (-item[1], item[0]))
 
 
 def _usual_error(errors: list[float]) -> float:

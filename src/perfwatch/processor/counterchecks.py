@@ -173,7 +173,9 @@ class CounterCheckHandler:
         self._min_runs = settings.min_baseline_runs
         self._publish_passed = settings.publish_passed
         self._calibrate = settings.calibrate
+        # the stream keeps the threshold its settings name (docs/counters-stream.md)
         self._check_params: dict[str, Any] = {
+            "decision": "threshold",
             "threshold": settings.threshold,
             "block": settings.block,
         }
@@ -262,7 +264,7 @@ class CounterCheckHandler:
         )
         baseline_run_ids = [r.run_id for r in baseline.runs]
         evidence = {
-            "verdict": "regression" if result.regression else "pass",
+            "verdict": result.status,
             **result.to_dict(),
             "baseline_run_ids": baseline_run_ids,
         }

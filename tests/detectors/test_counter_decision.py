@@ -1,0 +1,161 @@
+"""The clustered-counter check's decision rule (detectors/counter_decision.py and
+``decision="pvalue"``): hand-checked statistics, the false-alarm rate it promises on data
+drawn from its own null model, and the verdicts on runs of the check's test generator."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import t as student_t
+from test_counters_check import baseline, run
+
+from perfwatch.detectors.counter_decision import (
+    deflate,
+    effective_blocks,
+    excess_error_test,
+    familywise,
+    pvalue_to_z,
+    tail_inflation,
+    trimmed_mean_variance,
+)
+from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
+
+
+def test_trimmed_mean_variance_by_hand() -> None:
+    # 1, 2, 3, 4: variance 5/3; lag-1 autocorrelation (0.75 - 0.25 + 0.75) / 5 = 0.25,
+    # inflation 1.25 / 0.75; per block of 4: 5/3 / 4 x 5/3 = 25/36
+    errors = np.array([1.0, 2.0, 3.0, 4.0])
+    assert trimmed_mean_variance(errors, 0.0) == pytest.approx(25 / 36)
+    assert effective_blocks(errors, 0.0) == pytest.approx(4 * 0.75 / 1.25)
+    # trimming one of five winsorizes the largest to the next: 1, 2, 3, 4, 4
+    trimmed = np.array([1.0, 2.0, 3.0, 4.0, 9.0])
+    winsorized = np.array([1.0, 2.0, 3.0, 4.0, 4.0])
+    centred = winsorized - winsorized.mean()
+    rho = centred[:-1] @ centred[1:] / (centred @ centred)
+    expected = np.var(winsorized, ddof=1) / (5 * 0.8**2) * (1 + rho) / (1 - rho)
+    assert trimmed_mean_variance(trimmed, 0.2) == pytest.approx(expected)
+    assert math.isnan(trimmed_mean_variance(np.array([1.0, 2.0]), 0.0))
+    assert trimmed_mean_variance(np.full(6, 0.1), 0.2) == pytest.approx(0.0, abs=1e-20)
+
+
+def test_excess_error_test_by_hand() -> None:
+    # good errors 0.10, 0.12, 0.14 (sample variance 0.0004), no within-run variance:
+    # z = (0.2 - 0.12) / sqrt(0.0004 x 4/3) = 2 sqrt(3), Student t with 2 df
+    test = excess_error_test(0.2, 0.0, [0.10, 0.12, 0.14], [0.0, 0.0, 0.0])
+    assert test.z == pytest.approx(2 * math.sqrt(3))
+    assert test.df == pytest.approx(2.0)
+    assert test.pvalue == pytest.approx(student_t.sf(2 * math.sqrt(3), 2))
+    # a noisier run adds its own variance beyond the good runs' (0.0003 here)
+    noisy = excess_error_test(0.2, 0.0003, [0.10, 0.12, 0.14], [0.0, 0.0, 0.0], 50.0)
+    assert noisy.z == pytest.approx(0.08 / math.sqrt(0.0004 * 4 / 3 + 0.0003))
+    # Satterthwaite, the run's own part given no more degrees of freedom than the good runs'
+    between, own = 0.0004 * 4 / 3, 0.0003
+    assert noisy.df == pytest.approx((between + own) ** 2 / ((between**2 + own**2) / 2))
+    # one good run: no run-to-run variation to judge against
+    single = excess_error_test(0.2, 0.0001, [0.1], [0.0001])
+    assert math.isnan(single.pvalue)
+    assert single.z == pytest.approx(0.1 / math.sqrt(0.0002))
+
+
+def test_familywise_and_normal_scores() -> None:
+    assert familywise([0.001, 0.2, math.nan], 10) == pytest.approx(0.01)
+    assert familywise([0.3], 5) == 1.0
+    assert math.isnan(familywise([math.nan], 3))
+    assert pvalue_to_z(0.025) == pytest.approx(1.959964, abs=1e-6)
+    assert deflate(0.025, 1.0) == 0.025
+    assert deflate(0.025, 2.0) == pytest.approx(0.1635, abs=1e-4)  # P(Z > 0.98)
+    assert tail_inflation([0.5] * 5) == 1.0  # too few to say
+    assert tail_inflation(list(np.linspace(0.001, 0.999, 200))) == pytest.approx(1.0, abs=0.02)
+    heavy = [1e-4] * 30 + list(np.linspace(0.05, 0.999, 170))
+    assert tail_inflation(heavy) > 2.0
+
+
+def test_the_false_alarm_rate_holds_under_its_null_model() -> None:
+    """Runs whose errors differ by a run effect and by within-run noise, five good runs:
+    the share of p-values below 5% and 1% stays at the level (Student t with k - 1 df is
+    exact for the between-run part)."""
+    rng = np.random.default_rng(7)
+    pvalues = []
+    for _ in range(4000):
+        errors = 0.05 + rng.normal(0, 0.01, 6)
+        within = [1e-6] * 6
+        pvalues.append(excess_error_test(errors[0], within[0], list(errors[1:]), within[1:]).pvalue)
+    shares = {level: float(np.mean(np.array(pvalues) < level)) for level in (0.05, 0.01)}
+    assert 0.04 <= shares[0.05] <= 0.06
+    assert 0.005 <= shares[0.01] <= 0.015
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    good=st.lists(st.floats(0.01, 0.5), min_size=2, max_size=8),
+    error=st.floats(0.0, 1.0),
+    step=st.floats(0.001, 0.5),
+)
+def test_a_larger_error_is_never_less_unusual(good: list[float], error: float, step: float) -> None:
+    within = [1e-5] * len(good)
+    lower = excess_error_test(error, 1e-5, good, within)
+    higher = excess_error_test(error + step, 1e-5, good, within)
+    assert 0.0 <= lower.pvalue <= 1.0
+    assert higher.z >= lower.z
+    assert higher.pvalue <= lower.pvalue
+
+
+def test_pvalue_rule_flags_a_cpu_regression_and_passes_good_runs() -> None:
+    runs = baseline(6)
+    check = CounterRegressionCheck().fit(runs)
+    for seed in (40, 41, 42):
+        good = check.check(run(seed))
+        assert good.status == "pass" and not good.regression
+        assert good.pvalue is not None and good.pvalue >= 0.01
+    bad = check.check(run(43, cpu_per_request=1.3))
+    assert bad.regression and bad.status == "regression"
+    assert bad.pvalue is not None and bad.pvalue < 0.01
+    assert bad.z is not None and bad.z > 2.3
+    assert bad.look_first[0] == "cpu"
+    assert bad.blame[0][0] == "cpu"
+    # the cluster's p-value is corrected for every model judged in the run
+    top = bad.clusters[0]
+    tests = sum(c.tests for c in bad.clusters)
+    assert top.flagged and top.pvalue is not None
+    assert top.run_pvalue == pytest.approx(min(1.0, top.pvalue * tests))
+    document = bad.to_dict()
+    assert document["status"] == "regression" and document["decision"] == "pvalue"
+    assert document["clusters"][0]["familywise_pvalue"] == pytest.approx(top.run_pvalue)
+
+
+def test_a_one_run_baseline_gives_no_verdict() -> None:
+    check = CounterRegressionCheck().fit(baseline(1))
+    result = check.check(run(44, cpu_per_request=1.5))
+    assert result.status == "insufficient_baseline"
+    assert not result.regression and result.pvalue is None
+    # the paper's figures stay visible
+    assert result.max_error is not None and result.max_error > 0.1
+    threshold = CounterRegressionCheck(decision="threshold").fit(baseline(1))
+    assert threshold.check(run(44, cpu_per_request=1.5)).status != "insufficient_baseline"
+
+
+def test_run_level_counters_are_not_predictors() -> None:
+    """A counter whose level differs between runs far more than within a run (a handle
+    count) predicts nothing about a new run; it stays a dependent candidate."""
+    rng = np.random.default_rng(3)
+
+    def with_level(samples: CounterSamples) -> CounterSamples:
+        level = 1000 + 100 * rng.normal() + rng.normal(0, 1, samples.values.shape[0])
+        values = np.column_stack([samples.values, level])
+        return CounterSamples([*samples.names, "handles"], values, samples.label)
+
+    check = CounterRegressionCheck().fit([with_level(r) for r in baseline(4)])
+    assert check.run_level_ == ["handles"]
+    assert all("handles" not in members for members in check.clusters_)
+    assert any("handles" in candidates for candidates in check.redundant_members_)
+
+
+def test_bad_decision_parameters_are_reported() -> None:
+    with pytest.raises(ValueError, match="alpha"):
+        CounterRegressionCheck(alpha=0.0).fit(baseline())
+    with pytest.raises(ValueError, match="decision"):
+        CounterRegressionCheck(decision="vote").fit(baseline())  # type: ignore[arg-type]

@@ -1,0 +1,38 @@
+"""The independent web-shop generator (benchmarks/counter_shop.py) injects what its
+evaluation claims: effects of 2-20% on each regression's main counters, a relationship-only
+change that moves no mean much, and the same random numbers with and without a regression."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from counter_shop import COUNTERS, REGRESSIONS, generate_study, injected_effect, simulate_run
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_effect_is_between_2_and_20_percent(seed: int) -> None:
+    for key, regression in REGRESSIONS.items():
+        effects = injected_effect(key, seed)
+        assert set(effects) == set(regression.main)
+        largest = max(abs(v) for v in effects.values())
+        if regression.relationship_only:
+            assert largest < 0.1, (key, effects)
+        else:
+            assert 0.02 <= largest <= 0.20, (key, effects)
+        assert set(regression.changed) <= set(COUNTERS)
+
+
+def test_a_run_without_regression_is_reproducible_and_shaped_like_perfmon() -> None:
+    first, again = simulate_run(5), simulate_run(5)
+    np.testing.assert_array_equal(first.values, again.values)
+    assert first.values.shape == (360, 35)
+    rates = [i for i, name in enumerate(COUNTERS) if name.lower().endswith("/sec")]
+    assert np.isnan(first.values[0, rates]).all()  # rate counters have no first sample
+    study = generate_study(3)
+    assert len(study.good) == 6 and len(study.regressions) == len(REGRESSIONS)

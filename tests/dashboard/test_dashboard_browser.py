@@ -261,7 +261,6 @@ def dashboard_url(pipeline: Pipeline) -> Iterator[str]:
         topic=TopicSettings(
             service_url=pipeline.broker.service_url,
             topic=pipeline.config.topics.verdicts,
-            subscription=f"dashboard-{uuid.uuid4().hex[:8]}",
         ),
         poll_interval_s=30.0,  # long: the live test must be served by the topic
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,9 @@ DASHBOARD_MODULES = ("starlette", "uvicorn", "jinja2", "plotly")
 @store_option
 @click.option(
     "--subscription",
-    show_default="perfwatch-dashboard-<hostname>",
-    help="Subscription on the verdicts topic.",
+    help="Follow the verdicts topic through this durable subscription, kept on exit: a "
+    "restarted dashboard resumes from it. Without it the dashboard reads with a Pulsar "
+    "reader and leaves nothing on the broker.",
 )
 @click.option(
     "--follow-topic/--no-follow-topic",
@@ -100,7 +100,7 @@ def dashboard(
             if broker.url in (None, "embedded")
             else broker.url,
             topic=config.topics.verdicts,
-            subscription=subscription or f"perfwatch-dashboard-{socket.gethostname()}",
+            subscription=subscription,
             broker=broker,
         )
     try:  # the application opens the store again at start-up; fail here, clearly

@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -85,16 +86,19 @@ class TopicSettings:
 
     service_url: str | Callable[[], str | None]
     topic: str
-    subscription: str
+    # None: read with a Pulsar reader, which leaves nothing on the broker.
+    subscription: str | None = None
     broker: BrokerConfig = field(default_factory=BrokerConfig)
 
 
 class TopicListener:
     """Consume the verdicts topic in a thread; reconnect with back-off when the broker is away.
 
-    The subscription is Shared (the only kind the embedded broker delivers
-    reliably) and durable under a stable name, so a restarted dashboard resumes
-    instead of leaving a new backlog behind on every start.
+    By default it reads with a Pulsar reader from the latest verdict on: a live
+    page needs only what is new, and a reader holds no subscription, so a
+    dashboard that is stopped or killed leaves no backlog behind. A named
+    subscription (Shared, the only kind the embedded broker delivers reliably)
+    is durable instead: a restarted dashboard resumes from it.
     """
 
     def __init__(self, settings: TopicSettings, on_verdict: Callable[[bytes], None]) -> None:
@@ -129,19 +133,24 @@ class TopicListener:
                 **client_options(self.settings.broker),
             )
             try:
-                consumer = client.subscribe(
-                    self.settings.topic,
-                    self.settings.subscription,
-                    consumer_type=pulsar.ConsumerType.Shared,
-                    initial_position=pulsar.InitialPosition.Latest,
-                )
-                self.connected.set()
-                self.last_error = None
-                delay = 0.5
-                log.info("following the verdicts topic", extra={"topic": self.settings.topic})
-                self._consume(consumer)
-                consumer.close()
+                if self.settings.subscription is None:
+                    reader = client.create_reader(self.settings.topic, pulsar.MessageId.latest)
+                    self._follow(partial(reader.read_next, timeout_millis=250), lambda _: None)
+                    reader.close()
+                else:
+                    consumer = client.subscribe(
+                        self.settings.topic,
+                        self.settings.subscription,
+                        consumer_type=pulsar.ConsumerType.Shared,
+                        initial_position=pulsar.InitialPosition.Latest,
+                    )
+                    self._follow(
+                        partial(consumer.receive, timeout_millis=250), consumer.acknowledge
+                    )
+                    consumer.close()
             except pulsar.PulsarException as err:
+                if self.connected.is_set():  # it was following: start the back-off again
+                    delay = 0.5
                 self.last_error = f"{type(err).__name__}: {err}"
                 log.warning(
                     "verdicts topic unavailable; retrying (the store is still polled)",
@@ -157,10 +166,18 @@ class TopicListener:
         target = self.settings.service_url
         return target if isinstance(target, str) else target()
 
-    def _consume(self, consumer: pulsar.Consumer) -> None:
+    def _follow(
+        self,
+        next_message: Callable[[], pulsar.Message],
+        done: Callable[[pulsar.Message], None],
+    ) -> None:
+        """Hand each message over until stopped; `done` after each (a consumer's ack)."""
+        self.connected.set()
+        self.last_error = None
+        log.info("following the verdicts topic", extra={"topic": self.settings.topic})
         while not self._stop.is_set():
             try:
-                message = consumer.receive(timeout_millis=250)
+                message = next_message()
             except pulsar.Timeout:
                 continue
             try:
@@ -168,7 +185,7 @@ class TopicListener:
             except Exception:
                 # A verdict the page cannot show must not stop the feed.
                 log.exception("a verdict from the topic could not be shown")
-            consumer.acknowledge(message)
+            done(message)
 
 
 def decode_verdict(data: bytes) -> dict[str, Any] | None:

@@ -98,7 +98,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def judge(root: Path, new_code: str, name: str) -> str:
+def judge(root: Path, new_code: str, name: str, *options: str) -> str:
     new = project(root / name, new_code)
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(new)
@@ -136,6 +136,7 @@ def judge(root: Path, new_code: str, name: str) -> str:
             str(root / f"{name}.json"),
             "--reference",
             str(root / f"{name}.old.json"),
+            *options,
         ]
     )
 
@@ -152,5 +153,7 @@ def test_an_inner_loop_that_triples_the_time_runs(baseline: Path) -> None:
 
 
 def test_the_same_code_on_both_sides_skips(baseline: Path) -> None:
-    output = judge(baseline, OLD, "unchanged")
+    # Real timings on a shared machine: at the default 95 % this decision may still run
+    # the suite in up to 5 % of tries; at 99.9 % in at most 0.1 %.
+    output = judge(baseline, OLD, "unchanged", "--confidence", "0.999")
     assert output.splitlines()[0].startswith("Recommendation: SKIP"), output

@@ -230,11 +230,21 @@ class VerdictsConfig(Section):
         gt=0,
         le=1,
     )
+    early_warning: bool = setting(
+        True,
+        "Publish change_point.suspected at once for a run far outside its segment "
+        "(and change_point.withdrawn when the next run is back).",
+    )
+    early_warning_false_alarm_rate: float = setting(
+        0.001, "Suspicions per stable run with Gaussian noise.", gt=0, lt=1
+    )
 
     def policy(self) -> VerdictPolicy:
         from perfwatch.contract.verdicts import VerdictPolicy
 
-        return VerdictPolicy(**self.model_dump())
+        return VerdictPolicy(
+            **self.model_dump(exclude={"early_warning", "early_warning_false_alarm_rate"})
+        )
 
 
 class ObservabilityConfig(Section):

@@ -112,6 +112,22 @@ def verdict_doc(kind: str) -> dict[str, Any]:
             kind: {"incident": {"id": "0123456789abcdef", "commit": "c1", "members": []}}
             for kind in ("incident.opened", "incident.updated")
         },
+        **{
+            kind: {
+                "suspicion": {
+                    "id": "0123456789abcdef",
+                    "state": kind.removeprefix("change_point."),
+                    "run_id": "ci-8812",
+                    "index": 40,
+                    "rule": "single",
+                    "change": "up",
+                    "z": [9.5],
+                    "p": 1e-12,
+                    "segment": {"start": 0, "runs": 40, "center": 1.0, "scale": 0.01},
+                }
+            }
+            for kind in ("change_point.suspected", "change_point.withdrawn")
+        },
     }[kind]
     doc.update(evidence)
     return doc

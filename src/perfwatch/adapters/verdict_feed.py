@@ -67,9 +67,12 @@ def is_alert(verdict: Mapping[str, Any]) -> bool:
     grew to a power of two series (2, 4, 8, ...) or emptied (a change confirmed in
     40 series one after the other posts 6 messages, each with every series so far).
     A verdict without a finding block comes from a perfwatch before findings had
-    a lifecycle: an alert.
+    a lifecycle: an alert. A suspicion (opened or withdrawn) is never an alert:
+    one run out of line is often an outlier.
     """
     kind = str(verdict.get("kind", ""))
+    if kind in SUSPICION_KINDS:
+        return False
     if kind == "incident.updated":
         return _incident_grew_or_ended(_block(verdict, "incident"))
     if not kind.startswith("change_point."):
@@ -82,6 +85,9 @@ def is_alert(verdict: Mapping[str, Any]) -> bool:
     if changed and "moved" not in changed:
         return not changed <= {"pvalue"}
     return "incident" not in finding
+
+
+SUSPICION_KINDS = ("change_point.suspected", "change_point.withdrawn")
 
 
 def _incident_grew_or_ended(incident: Mapping[str, Any]) -> bool:
@@ -151,6 +157,8 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
     series = _block(verdict, "series")
     attributes = series.get("attributes")
     evidence = _block(verdict, "previous" if kind == "change_point.retracted" else "change_point")
+    if kind in SUSPICION_KINDS:
+        evidence = _block(verdict, "suspicion")
     direction = str(evidence.get("direction", ""))
     commit = evidence.get("commit")
     fields = {
@@ -196,6 +204,9 @@ def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> 
         action = kind.removeprefix("change_point.")
         if action == "retracted":
             return "RETRACTED", f"({direction} no longer seen)"
+        if action in ("suspected", "withdrawn"):
+            suspicion = _block(verdict, "suspicion")
+            return action.upper(), f"(run {suspicion.get('run_id', '?')}, {direction})"
         label = {"regression": "REGRESSION", "improvement": "IMPROVEMENT"}.get(direction, "CHANGE")
         episode = _block(verdict, "episode")
         fix = _block(episode, "fix")

@@ -36,10 +36,10 @@ _KIND_LABELS = {
 
 
 def describe_verdict(document: dict[str, Any]) -> str:
-    """One line for a change-point or incident verdict."""
-    if document["kind"].startswith("incident."):
-        from perfwatch.adapters.verdict_feed import summary_fields
+    """One line for a change-point, suspicion or incident verdict."""
+    from perfwatch.adapters.verdict_feed import SUSPICION_KINDS, summary_fields
 
+    if document["kind"].startswith("incident.") or document["kind"] in SUSPICION_KINDS:
         return summary_fields(document)["summary"]
     series = document["series"]
     name = f"{series['test']} {series['metric']}"

@@ -22,6 +22,8 @@ VerdictKind = Literal[
     "change_point.confirmed",
     "change_point.updated",
     "change_point.retracted",
+    "change_point.suspected",
+    "change_point.withdrawn",
     "counter_regression.detected",
     "counter_check.passed",
     "recommendation",
@@ -253,6 +255,7 @@ class Verdict:
     episode: dict[str, Any] | None = None
     series_status: dict[str, Any] | None = None
     incident: dict[str, Any] | None = None
+    suspicion: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, doc: Any) -> Verdict:
@@ -277,6 +280,7 @@ class Verdict:
             episode=doc.get("episode"),
             series_status=doc.get("series_status"),
             incident=doc.get("incident"),
+            suspicion=doc.get("suspicion"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -299,6 +303,7 @@ class Verdict:
                 episode=self.episode,
                 series_status=self.series_status,
                 incident=self.incident,
+                suspicion=self.suspicion,
             )
         )
         return doc

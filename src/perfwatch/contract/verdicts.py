@@ -497,3 +497,21 @@ def incident_verdict(
         parameters={},
         incident=block,
     )
+
+
+SUSPECTED: Final = "change_point.suspected"
+WITHDRAWN: Final = "change_point.withdrawn"
+SuspicionKind = Literal["change_point.suspected", "change_point.withdrawn"]
+
+
+def suspicion_id(series_key: str, run_id: str, length: int) -> str:
+    """Hash of the series key, the run that opened the suspicion and the series
+    length then; 32 hex digits."""
+    return hashlib.sha256(orjson.dumps(["suspicion", series_key, run_id, length])).hexdigest()[:32]
+
+
+def suspicion_verdict_id(kind: SuspicionKind, series_key: str, suspicion: str, length: int) -> str:
+    """Hash of the kind, the series key, the suspicion's id and the series length;
+    32 hex digits."""
+    payload = orjson.dumps([kind, series_key, suspicion, length])
+    return hashlib.sha256(payload).hexdigest()[:32]

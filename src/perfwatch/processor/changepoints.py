@@ -4,12 +4,17 @@ For each metric of a record: insert the value into its series at its place
 (timestamp, then arrival; a run id already there changes nothing), move the
 series' incremental analyzer forward from its saved state, and advance the
 series' findings (contract.verdicts: detected, confirmed, updated, retracted)
-to the change points it now reports.
+to the change points it now reports.  With `verdicts.early_warning`, a new run
+far outside its segment (detectors.early_warning) is published at once as a
+suspicion, withdrawn when the next run is back, or named by the detection that
+settles it; the open suspicion is kept in the store with the series.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -20,9 +25,13 @@ from perfwatch.config import Config
 from perfwatch.contract.models import ChangePointEvidence, Record, SeriesRef, Verdict
 from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
 from perfwatch.contract.verdicts import (
+    DETECTED,
+    SUSPECTED,
+    WITHDRAWN,
     BeliefChange,
     Finding,
     Incident,
+    SuspicionKind,
     advance_findings,
     episodes_of,
     incident_verdict,
@@ -30,8 +39,11 @@ from perfwatch.contract.verdicts import (
     leaves_incident,
     make_verdict,
     shift_after_insert,
+    suspicion_id,
+    suspicion_verdict_id,
 )
 from perfwatch.detectors.analyzer import SeriesAnalyzer
+from perfwatch.detectors.early_warning import EarlyWarning
 from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams, classify_direction
 from perfwatch.state import Point, SeriesKey, SeriesState, StoreTransaction
 
@@ -39,6 +51,8 @@ INCIDENT_NAMESPACE = "incident"
 # Written before an incident is read: the row lock it takes (PostgreSQL) makes
 # processors that change one commit's incident take turns.
 INCIDENT_LOCK_NAMESPACE = "incident-lock"
+# A series' open suspicion (JSON), or empty when none is open.
+SUSPICION_NAMESPACE = "suspicion"
 
 # Decoded analyzers kept between records (LRU); a series' saved state is
 # decoded again only when another processor changed it or it was evicted.
@@ -140,7 +154,10 @@ class ChangePointHandler:
         moves: list[IncidentMove] = []
         pairs = list(zip(added, analyzers, strict=True))
         for change, analyzer in pairs:
-            verdicts.extend(self._beliefs(record, change, analyzer, tx, emitted_at, moves))
+            beliefs = self._beliefs(record, change, analyzer, tx, emitted_at, moves)
+            if self._config.verdicts.early_warning:
+                beliefs = self._suspicions(record, change, analyzer, tx, beliefs, emitted_at)
+            verdicts.extend(beliefs)
         verdicts.extend(self._incidents(record, moves, tx, emitted_at))
         tx.save_series(
             [(change.series, analyzer.to_bytes(with_values=False)) for change, analyzer in pairs]
@@ -235,9 +252,7 @@ class ChangePointHandler:
         findings = [Finding.from_json(doc, key) for doc in series.published]
         if added.position < added.length_before:
             findings = shift_after_insert(findings, added.position)
-        direction = record.metrics[added.metric].direction or self._config.direction_for(
-            added.metric
-        )
+        direction = self._direction(record, added.metric)
         current = self._evidence(analyzer.change_points_, findings, series, tx, direction)
         changes, findings = advance_findings(
             findings, current, self._policy, series_key=key, length=series.length
@@ -265,6 +280,120 @@ class ChangePointHandler:
             )
             for change in changes
         ]
+
+    def _direction(self, record: Record, metric: str) -> str | None:
+        """Whether the metric is better lower or higher: the record says, else the config."""
+        return record.metrics[metric].direction or self._config.direction_for(metric)
+
+    def _suspicions(
+        self,
+        record: Record,
+        added: Added,
+        analyzer: SeriesAnalyzer,
+        tx: StoreTransaction,
+        beliefs: list[Verdict],
+        emitted_at: datetime,
+    ) -> list[Verdict]:
+        """Open, keep, settle or withdraw the series' suspicion at the new run.
+
+        `beliefs` are the series' change-point verdicts of this record: a
+        detection at most `max_move` runs from the suspected run settles it and
+        names it (its `suspicion` block).
+        """
+        series = added.series
+        key = series.key.canonical
+        stored = tx.get_blob(SUSPICION_NAMESPACE, key)
+        suspicion: dict[str, Any] | None = orjson.loads(stored) if stored else None
+        values = analyzer.values_
+        newest = values.shape[0] - 1
+        if added.position != newest:
+            # a late run: it is judged by E-Divisive only, and moves what follows it
+            if suspicion is not None and added.position <= suspicion["start"]:
+                suspicion["start"] += 1
+                suspicion["index"] += 1
+                tx.put_blob(SUSPICION_NAMESPACE, key, orjson.dumps(suspicion))
+            return beliefs
+        if suspicion is not None:
+            max_move = self._config.verdicts.max_move
+            settled = [
+                i
+                for i, verdict in enumerate(beliefs)
+                if verdict.kind == DETECTED
+                and verdict.change_point is not None
+                and abs(verdict.change_point.index - suspicion["index"]) <= max_move
+            ]
+            if settled:
+                tx.put_blob(SUSPICION_NAMESPACE, key, b"")
+                i = settled[0]
+                beliefs[i] = replace(beliefs[i], suspicion={**suspicion, "state": "settled"})
+                return beliefs
+        start = suspicion["start"] if suspicion is not None else max(newest - 1, 0)
+        segment_start = max(
+            (cp.index for cp in analyzer.change_points_ if cp.index <= start), default=0
+        )
+        detector = EarlyWarning(
+            false_alarm_rate=self._config.verdicts.early_warning_false_alarm_rate
+        )
+        assessment = detector.fit(values[segment_start:start]).assess(values[start:])
+
+        def verdict(kind: SuspicionKind, block: dict[str, Any]) -> Verdict:
+            return Verdict(
+                verdict_id=suspicion_verdict_id(kind, key, block["id"], series.length),
+                kind=kind,
+                emitted_at=emitted_at,
+                series=SeriesRef(record.test, added.metric, dict(series.key.attributes)),
+                record_run_id=record.run_id,
+                parameters=dict(series.analyzer_params or {}),
+                suspicion=block,
+            )
+
+        if suspicion is not None:
+            if assessment.state == "suspected":
+                return beliefs  # still out on its side
+            tx.put_blob(SUSPICION_NAMESPACE, key, b"")
+            block = {
+                **suspicion,
+                "state": "withdrawn",
+                "withdrawn_run_id": record.run_id,
+                "withdrawn_z": _finite(assessment.z[-1]),
+            }
+            return [*beliefs, verdict(WITHDRAWN, block)]
+        if assessment.state != "suspected" or newest - start not in assessment.runs:
+            return beliefs
+        opened = start + assessment.runs[0]
+        if opened == newest:
+            run_id = record.run_id
+        else:
+            (point,) = tx.points(series.series_id, opened, opened + 1)
+            run_id = point.run_id
+        center = assessment.center
+        percent = 100.0 * (float(values[newest]) - center) / abs(center) if center else math.nan
+        block = {
+            "id": suspicion_id(key, run_id, series.length),
+            "state": "suspected",
+            "start": opened,
+            "index": opened,
+            "run_id": run_id,
+            "rule": assessment.rule,
+            "change": assessment.direction,
+            "direction": classify_direction(percent, self._direction(record, added.metric)),
+            "forward_change_percent": _finite(percent),
+            "z": [_finite(assessment.z[i]) for i in assessment.runs],
+            "p": assessment.p,
+            "segment": {
+                "start": segment_start,
+                "runs": assessment.n_segment,
+                "center": assessment.center,
+                "scale": assessment.scale,
+                "scale_up": assessment.scale_up,
+                "scale_down": assessment.scale_down,
+            },
+            "single_limit": assessment.single_limit,
+            "pair_limit": assessment.pair_limit,
+            "false_alarm_rate": detector.false_alarm_rate,
+        }
+        tx.put_blob(SUSPICION_NAMESPACE, key, orjson.dumps(block))
+        return [*beliefs, verdict(SUSPECTED, block)]
 
     @staticmethod
     def _incidents(
@@ -372,3 +501,8 @@ class ChangePointHandler:
                 )
             )
         return evidence
+
+
+def _finite(value: float) -> float | None:
+    """A JSON-ready number: None for an infinite score (a constant segment)."""
+    return float(value) if math.isfinite(value) else None

@@ -1186,11 +1186,6 @@ class RunOrSkipRecommender(BaseEstimator):
         # A new input outside every cluster has no baseline to be judged against.
         outside = sorted(p.input_id for p, ok in zip(unknown, inside, strict=True) if not ok)
         group_order = [c.label for c in clustering.clusters_]
-        # Any one input can run the suite, so each input's interval is widened for the
-        # number judged (Bonferroni): the chance that unchanged code runs the suite stays
-        # within 1 - confidence however large the sample.
-        judged = sum(1 for p in update if groups.get(p.input_id) in group_order)
-        input_confidence = 1 - (1 - self.confidence) / max(judged, 1)
         votes: list[Vote] = []
         judgements: list[ClusterJudgement] = []
         for label in group_order:
@@ -1206,12 +1201,7 @@ class RunOrSkipRecommender(BaseEstimator):
                 name = _vote_label(group_order.index(label) + 1, label, position)
                 if self.rule == "paired":
                     vote = self._paired_vote(
-                        profile,
-                        previous,
-                        label,
-                        name,
-                        profile.input_id in reference_by_id,
-                        input_confidence,
+                        profile, previous, label, name, profile.input_id in reference_by_id
                     )
                 else:
                     members = [baseline_by_id[i] for i in cluster.members]
@@ -1290,7 +1280,7 @@ class RunOrSkipRecommender(BaseEstimator):
         }
 
     def _paired_change(
-        self, previous: Profile, profile: Profile, paired: bool, confidence: float
+        self, previous: Profile, profile: Profile, paired: bool
     ) -> PairedChange | None:
         old, new = self._times(previous), self._times(profile)
         if min(old + new) <= 0:
@@ -1299,18 +1289,12 @@ class RunOrSkipRecommender(BaseEstimator):
             old,
             new,
             paired=paired,
-            confidence=confidence,
+            confidence=self.confidence,
             rounds=_shared_rounds(previous, profile) if paired else None,
         )
 
     def _paired_vote(
-        self,
-        profile: Profile,
-        previous: Profile | None,
-        label: int,
-        name: str,
-        alternated: bool,
-        confidence: float,
+        self, profile: Profile, previous: Profile | None, label: int, name: str, alternated: bool
     ) -> Vote:
         numbers: dict[str, float | str | None] = {
             "time_s": self._time(profile),
@@ -1324,11 +1308,7 @@ class RunOrSkipRecommender(BaseEstimator):
             if previous is None
             else _relative(float(profile.statements), float(previous.statements)),
         }
-        change = (
-            None
-            if previous is None
-            else self._paired_change(previous, profile, alternated, confidence)
-        )
+        change = None if previous is None else self._paired_change(previous, profile, alternated)
         if change is None:
             why = "no earlier profile of this input" if previous is None else "a time of 0"
             return Vote(

@@ -165,5 +165,5 @@ def test_one_commit_that_moves_many_series_is_one_incident(tmp_path: Path) -> No
     alerts = [v for v in incidents if is_alert(v)]
     assert [len(v["incident"]["members"]) for v in alerts] == [1, 2, 4]
     assert summary_fields(alerts[-1])["summary"].startswith(
-        f"INCIDENT (commit {commit}: 4 series (1 new): REGRESSION service0 latency_ms +"
+        f"INCIDENT (commits c00059..{commit}: 4 series (1 new): REGRESSION service0 latency_ms +"
     )

@@ -151,6 +151,7 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
     """The verdict's facts as short strings: what a line or a chat message shows.
 
     Keys: label, kind, test, metric, attributes, change, pvalue, commit,
+    commits (`after..last` when a commit range is known, else the commit),
     direction, emitted_at, verdict_id, run_id, detail, summary.
     """
     kind = str(verdict.get("kind", "?"))
@@ -179,9 +180,15 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
     fields["label"], fields["detail"] = _label_and_detail(kind, verdict, direction)
     if kind.startswith("incident."):
         # about many series: the one whose change caused this event is not the point
-        fields["commit"] = str(_block(verdict, "incident").get("commit", ""))[:12]
+        incident = _block(verdict, "incident")
+        fields["commit"] = str(incident.get("commit", ""))[:12]
+        fields["commits"] = _commits(_block(incident, "commit_range"), fields["commit"])
         fields["summary"] = f"{fields['label']} {fields['detail']}"
         return fields
+    fields["commits"] = _commits(
+        _block(_block(verdict, "finding"), "commit_range"), fields["commit"]
+    )
+    commits = fields["commits"]
     fields["summary"] = " ".join(
         part
         for part in (
@@ -190,7 +197,7 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
             fields["metric"],
             fields["change"],
             f"p={fields['pvalue']}" if fields["pvalue"] else "",
-            f"commit {fields['commit']}" if fields["commit"] else "",
+            f"{'commits' if '..' in commits else 'commit'} {commits}" if commits else "",
             fields["detail"],
             f"[{fields['attributes']}]" if fields["attributes"] else "",
         )
@@ -256,7 +263,22 @@ def _incident_detail(incident: Mapping[str, Any]) -> str:
     joined = incident.get("joined")
     news = f" ({len(joined)} new)" if isinstance(joined, list) and joined else ""
     commit = str(incident.get("commit", "?"))[:12]
-    return f"(commit {commit}: {len(members)} series{news}: {', '.join(parts)})"
+    into = _block(incident, "merged_into")
+    if into and not members:
+        return (
+            f"(commit {commit}: merged into the incident of commit {str(into.get('commit'))[:12]})"
+        )
+    commits = _commits(_block(incident, "commit_range"), commit)
+    place = f"commits {commits}" if ".." in commits else f"commit {commit}"
+    return f"({place}: {len(members)} series{news}: {', '.join(parts)})"
+
+
+def _commits(commit_range: Mapping[str, Any], commit: str) -> str:
+    """`after..last` (git's notation: the commits after `after`, up to `last`), or the commit."""
+    after, last = commit_range.get("after"), commit_range.get("last")
+    if isinstance(after, str) and isinstance(last, str):
+        return f"{after[:12]}..{last[:12]}"
+    return commit
 
 
 def _member_text(member: Mapping[str, Any]) -> str:

@@ -33,6 +33,7 @@ TEMPLATE_FIELDS = (
     "change",
     "pvalue",
     "commit",
+    "commits",
     "direction",
     "emitted_at",
     "verdict_id",

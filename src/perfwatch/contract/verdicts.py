@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -421,21 +421,105 @@ def leaves_incident(change: BeliefChange) -> ChangePointEvidence | None:
 
 
 @dataclass(frozen=True)
-class Incident:
-    """The confirmed findings of every series at one commit: one alert, not one per series.
+class CommitRange:
+    """The commits a finding's change may have come in: those after `after`, the
+    commit of the series' last run before the change, up to and including `last`,
+    the commit of its first changed run (git's `after..last`).
 
-    `members` maps a finding id to its member block (series, run, change, direction).
+    Commits have no order of their own: a commit is placed by the runs that
+    carry it, at their timestamps (`after_time`, `last_time`: epoch seconds of
+    the series' two runs). A series that skipped commits has a range spanning
+    them.
+    """
+
+    last: str
+    last_time: float
+    after: str | None = None
+    after_time: float | None = None
+
+    def holds(self, commit: str, time: float) -> bool:
+        """Whether a commit, run at `time`, lies in the range: `last` does, `after`
+        does not, and any other commit when its run came after the run before the
+        change and no later than the first changed run."""
+        if commit == self.last:
+            return True
+        if commit == self.after or self.after_time is None:
+            return False
+        return self.after_time < time <= self.last_time
+
+    def overlaps(self, other: CommitRange) -> bool:
+        # Two ranges share a commit when the last commit of one lies in the other.
+        return self.holds(other.last, other.last_time) or other.holds(self.last, self.last_time)
+
+    def to_json(self) -> dict[str, str]:
+        """The range a verdict shows: `{"after": ..., "last": ...}`."""
+        return {"after": self.after, "last": self.last} if self.after else {"last": self.last}
+
+    def to_state(self) -> list[Any]:
+        return [self.last, self.last_time, self.after, self.after_time]
+
+    @classmethod
+    def from_state(cls, state: Sequence[Any]) -> CommitRange:
+        last, last_time, after, after_time = state
+        return cls(last, last_time, after, after_time)
+
+
+def overlapping_groups(ranges: Mapping[str, CommitRange], seeds: Iterable[str]) -> list[list[str]]:
+    """The groups of `ranges` (finding id -> range) joined by overlaps, directly or
+    through other ranges, that hold a seed; each sorted, in order of their first id."""
+    seen: set[str] = set()
+    groups = []
+    for seed in sorted(seeds):
+        if seed in seen or seed not in ranges:
+            continue
+        seen.add(seed)
+        group = [seed]
+        for member in group:  # grows while it is walked
+            for other, span in ranges.items():
+                if other not in seen and ranges[member].overlaps(span):
+                    seen.add(other)
+                    group.append(other)
+        groups.append(sorted(group))
+    return groups
+
+
+def incident_commit(ranges: Iterable[CommitRange]) -> str:
+    """The commit an incident is named after: the earliest `last` of its members
+    (by the time of its run, then by name)."""
+    return min((span.last_time, span.last) for span in ranges)[1]
+
+
+def spanned(ranges: Iterable[CommitRange]) -> dict[str, str]:
+    """The range covering every member's range: the earliest `after`, the latest `last`."""
+    spans = list(ranges)
+    last = max((span.last_time, span.last) for span in spans)[1]
+    afters = [(span.after_time, span.after) for span in spans if span.after_time is not None]
+    after = min(afters)[1] if afters else None
+    return {"after": after, "last": last} if after else {"last": last}
+
+
+@dataclass(frozen=True)
+class Incident:
+    """The confirmed findings whose commit ranges overlap: one alert, not one per series.
+
+    `commit` names it (`incident_commit`); `members` maps a finding id to its
+    member block (series, run, commit range, change, direction); `commit_range`
+    covers the members' ranges.
     """
 
     commit: str
     members: dict[str, dict[str, Any]]
+    commit_range: dict[str, str] | None = None
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Incident:
-        return cls(doc["commit"], dict(doc["members"]))
+        return cls(doc["commit"], dict(doc["members"]), doc.get("commit_range"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"commit": self.commit, "members": self.members}
+        doc: dict[str, Any] = {"commit": self.commit, "members": self.members}
+        if self.commit_range is not None:
+            doc["commit_range"] = self.commit_range
+        return doc
 
     @staticmethod
     def member(
@@ -443,6 +527,7 @@ class Incident:
         finding_id: str,
         cp: ChangePointEvidence,
         episode: Mapping[str, Any] | None = None,
+        commit_range: CommitRange | None = None,
     ) -> dict[str, Any]:
         """A member's block; `fixes`: the regression it fixes, from its episode."""
         fixed = episode is not None and episode.get("fix", {}).get("finding_id") == finding_id
@@ -450,22 +535,30 @@ class Incident:
             **series.to_json(),
             "finding_id": finding_id,
             "run_id": cp.run_id,
+            **({"commit_range": commit_range.to_json()} if commit_range is not None else {}),
             "forward_change_percent": cp.forward_change_percent,
             "direction": cp.direction,
             **({"fixes": episode["regression"]} if fixed and episode is not None else {}),
         }
 
-    def block(self, joined: Sequence[str], left: Sequence[str]) -> dict[str, Any]:
+    def block(
+        self, joined: Sequence[str], left: Sequence[str], merged_into: Incident | None = None
+    ) -> dict[str, Any]:
         ordered = sorted(
             self.members.values(),
             key=lambda m: (m["test"], m.get("metric", ""), sorted(m["attributes"].items())),
         )
+        into = None
+        if merged_into is not None:
+            into = {"id": incident_id(merged_into.commit), "commit": merged_into.commit}
         return {
             "id": incident_id(self.commit),
             "commit": self.commit,
+            **({"commit_range": self.commit_range} if self.commit_range else {}),
             "members": ordered,
             **({"joined": sorted(joined)} if joined else {}),
             **({"left": sorted(left)} if left else {}),
+            **({"merged_into": into} if into else {}),
         }
 
 
@@ -478,18 +571,22 @@ def incident_verdict(
     series: SeriesRef,
     record_run_id: str,
     emitted_at: datetime,
+    merged_into: Incident | None = None,
 ) -> Verdict:
-    """The incident event after findings joined or left it; its id hashes the kind,
-    the incident and its members' findings and rounded changes."""
-    block = incident.block(joined, left)
+    """The incident event after findings joined or left it (or it was merged into
+    another); its id hashes the kind, the incident, its members' findings and
+    rounded changes, and the incident it was merged into."""
+    block = incident.block(joined, left, merged_into)
     kind: IncidentKind = INCIDENT_OPENED if opened else INCIDENT_UPDATED
     evidence = [
         [m["finding_id"], m["direction"], _rounded(m["forward_change_percent"])]
         for m in block["members"]
     ]
-    payload = orjson.dumps([kind, block["id"], evidence, block.get("joined"), block.get("left")])
+    hashed: list[Any] = [kind, block["id"], evidence, block.get("joined"), block.get("left")]
+    if "merged_into" in block:
+        hashed.append(block["merged_into"]["id"])
     return Verdict(
-        verdict_id=hashlib.sha256(payload).hexdigest()[:32],
+        verdict_id=hashlib.sha256(orjson.dumps(hashed)).hexdigest()[:32],
         kind=kind,
         emitted_at=emitted_at,
         series=series,

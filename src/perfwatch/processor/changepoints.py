@@ -29,16 +29,20 @@ from perfwatch.contract.verdicts import (
     SUSPECTED,
     WITHDRAWN,
     BeliefChange,
+    CommitRange,
     Finding,
     Incident,
     SuspicionKind,
     advance_findings,
     episodes_of,
+    incident_commit,
     incident_verdict,
     joins_incident,
     leaves_incident,
     make_verdict,
+    overlapping_groups,
     shift_after_insert,
+    spanned,
     suspicion_id,
     suspicion_verdict_id,
 )
@@ -47,9 +51,14 @@ from perfwatch.detectors.early_warning import EarlyWarning
 from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams, classify_direction
 from perfwatch.state import Point, SeriesKey, SeriesState, StoreTransaction
 
+# An incident (JSON) by the commit it is named after.
 INCIDENT_NAMESPACE = "incident"
-# Written before an incident is read: the row lock it takes (PostgreSQL) makes
-# processors that change one commit's incident take turns.
+# The confirmed findings' commit ranges and the incident each is in (one JSON
+# document), for finding the incidents a range overlaps.
+INCIDENT_RANGES_NAMESPACE = "incident-ranges"
+RANGES_KEY = "confirmed"
+# Written before the ranges are read: the row lock it takes (PostgreSQL) makes
+# processors that change incidents take turns.
 INCIDENT_LOCK_NAMESPACE = "incident-lock"
 # A series' open suspicion (JSON), or empty when none is open.
 SUSPICION_NAMESPACE = "suspicion"
@@ -70,6 +79,7 @@ class IncidentMove(NamedTuple):
     """A belief change of a series, which may move its finding in or out of an incident."""
 
     series: SeriesRef
+    series_id: int
     change: BeliefChange
     episode: dict[str, Any] | None  # the finding's regression episode, if any
 
@@ -158,7 +168,9 @@ class ChangePointHandler:
             if self._config.verdicts.early_warning:
                 beliefs = self._suspicions(record, change, analyzer, tx, beliefs, emitted_at)
             verdicts.extend(beliefs)
-        verdicts.extend(self._incidents(record, moves, tx, emitted_at))
+        incidents, joined = self._incidents(record, moves, tx, emitted_at)
+        verdicts = [_with_commit_range(verdict, joined) for verdict in verdicts]
+        verdicts.extend(incidents)
         tx.save_series(
             [(change.series, analyzer.to_bytes(with_values=False)) for change, analyzer in pairs]
         )
@@ -263,7 +275,9 @@ class ChangePointHandler:
         ref = SeriesRef(record.test, added.metric, dict(series.key.attributes))
         episodes = episodes_of(findings, self._policy)
         moves.extend(
-            IncidentMove(ref, change, episodes.by_finding.get(change.finding.finding_id))
+            IncidentMove(
+                ref, series.series_id, change, episodes.by_finding.get(change.finding.finding_id)
+            )
             for change in changes
             if change.finding is not None
         )
@@ -395,56 +409,114 @@ class ChangePointHandler:
         tx.put_blob(SUSPICION_NAMESPACE, key, orjson.dumps(block))
         return [*beliefs, verdict(SUSPECTED, block)]
 
-    @staticmethod
     def _incidents(
-        record: Record, moves: list[IncidentMove], tx: StoreTransaction, emitted_at: datetime
-    ) -> list[Verdict]:
-        """Confirmed findings join their commit's incident, retracted or moved ones
-        leave it: one incident verdict per commit whose members changed."""
-        joined: dict[str, dict[str, tuple[SeriesRef, ChangePointEvidence, Any]]] = {}
-        left: dict[str, dict[str, SeriesRef]] = {}
+        self, record: Record, moves: list[IncidentMove], tx: StoreTransaction, emitted_at: datetime
+    ) -> tuple[list[Verdict], dict[str, CommitRange]]:
+        """Confirmed findings join the incident of the findings their commit ranges
+        overlap, retracted or moved ones leave theirs: one incident verdict per
+        incident whose members changed, and the ranges of the findings that joined.
+
+        The incidents touched are formed afresh from the confirmed findings'
+        ranges (`overlapping_groups`), each named after its earliest commit, so
+        they depend on the set of findings, not on the order they came in.
+        """
+        coming: dict[str, IncidentMove] = {}
+        going: dict[str, str] = {}  # finding id -> the commit it was at
+        causes: list[tuple[str, SeriesRef]] = []
         for move in moves:
             finding = move.change.finding
             assert finding is not None
+            causes.append((finding.finding_id, move.series))
             gone = leaves_incident(move.change)
             if gone is not None and gone.commit:
-                left.setdefault(gone.commit, {})[finding.finding_id] = move.series
+                going[finding.finding_id] = gone.commit
             came = joins_incident(move.change)
             if came is not None and came.commit:
-                joined.setdefault(came.commit, {})[finding.finding_id] = (
-                    move.series,
-                    came,
-                    move.episode,
-                )
+                coming[finding.finding_id] = move
+        if not coming and not going:
+            return [], {}
+        tx.put_blob(INCIDENT_LOCK_NAMESPACE, RANGES_KEY, b"")
+        stored = tx.get_blob(INCIDENT_RANGES_NAMESPACE, RANGES_KEY)
+        saved = orjson.loads(stored) if stored else {}
+        named = {finding_id: entry[0] for finding_id, entry in saved.items()}
+        ranges = {f: CommitRange.from_state(entry[1:]) for f, entry in saved.items()}
+        for finding_id in going.keys() | coming.keys():
+            ranges.pop(finding_id, None)
+        joining = {f: self._commit_range(move, tx) for f, move in coming.items()}
+        ranges.update(joining)
+        commits = {named[f] for f in going.keys() | coming.keys() if f in named}
+        commits |= set(going.values()) | {span.last for span in joining.values()}
+        before = {commit: _stored_incident(tx, commit) for commit in commits}
+        for commit, incident in before.items():
+            for finding_id in incident.members.keys() - named.keys() - going.keys() - coming.keys():
+                # a member of an incident stored before commit ranges: at its
+                # commit only, placed before every run (it keeps the incident's name)
+                ranges[finding_id] = CommitRange(commit, 0.0)
+                named[finding_id] = commit
+        seeds = {f for incident in before.values() for f in incident.members if f in ranges}
+        groups = overlapping_groups(ranges, seeds | coming.keys())
+        for commit in {named[f] for group in groups for f in group if f in named} - before.keys():
+            before[commit] = _stored_incident(tx, commit)
+        after: dict[str, Incident] = {}
+        for group in groups:
+            commit = incident_commit(ranges[f] for f in group)
+            members = {}
+            for finding_id in group:
+                joiner = coming.get(finding_id)
+                if joiner is None:
+                    members[finding_id] = before[named[finding_id]].members[finding_id]
+                else:
+                    assert joiner.change.current is not None
+                    members[finding_id] = Incident.member(
+                        joiner.series, finding_id, joiner.change.current, joiner.episode,
+                        ranges[finding_id],
+                    )  # fmt: skip
+            after[commit] = Incident(commit, members, spanned(ranges[f] for f in group))
+            for finding_id in group:
+                named[finding_id] = commit
+        for commit in after.keys() - before.keys():
+            before[commit] = _stored_incident(tx, commit)
+        tx.put_blob(
+            INCIDENT_RANGES_NAMESPACE,
+            RANGES_KEY,
+            orjson.dumps({f: [named[f], *span.to_state()] for f, span in sorted(ranges.items())}),
+        )
         verdicts = []
-        for commit in sorted(joined.keys() | left.keys()):
-            tx.put_blob(INCIDENT_LOCK_NAMESPACE, commit, b"")
-            stored = tx.get_blob(INCIDENT_NAMESPACE, commit)
-            incident = (
-                Incident(commit, {}) if stored is None else Incident.from_json(orjson.loads(stored))
-            )
-            opened = not incident.members
-            coming = joined.get(commit, {})
-            going = {f: s for f, s in left.get(commit, {}).items() if f not in coming}
-            for finding_id in going:
-                incident.members.pop(finding_id, None)
-            for finding_id, (ref, evidence, episode) in coming.items():
-                incident.members[finding_id] = Incident.member(ref, finding_id, evidence, episode)
-            tx.put_blob(INCIDENT_NAMESPACE, commit, orjson.dumps(incident.to_json()))
-            new = [f for f in coming if f not in left.get(commit, {})]
-            cause = next(iter({**going, **{f: r for f, (r, _, _) in coming.items()}}.values()))
+        for commit in sorted(before):
+            old = before[commit]
+            new = after.get(commit, Incident(commit, {}, old.commit_range))
+            if new.members == old.members:
+                continue
+            tx.put_blob(INCIDENT_NAMESPACE, commit, orjson.dumps(new.to_json()))
+            # emptied: its members that remain are all in one other incident
+            targets = {named[f] for f in old.members if f in ranges}
+            merged = after[targets.pop()] if not new.members and len(targets) == 1 else None
+            involved = old.members.keys() | new.members.keys()
+            cause = next((ref for f, ref in causes if f in involved), causes[0][1])
             verdicts.append(
                 incident_verdict(
-                    incident,
-                    opened=opened,
-                    joined=new,
-                    left=list(going),
+                    new,
+                    opened=not old.members,
+                    joined=[f for f in new.members if f not in old.members],
+                    left=[f for f in old.members if f not in new.members],
                     series=cause,
                     record_run_id=record.run_id,
                     emitted_at=emitted_at,
+                    merged_into=merged,
                 )
             )
-        return verdicts
+        return verdicts, joining
+
+    @staticmethod
+    def _commit_range(move: IncidentMove, tx: StoreTransaction) -> CommitRange:
+        """The commits between the series' last run before the change and its first changed run."""
+        current = move.change.current
+        assert current is not None and current.commit is not None
+        last_time = current.time.timestamp()
+        if current.index == 0:
+            return CommitRange(current.commit, last_time)
+        (run_before,) = tx.points(move.series_id, current.index - 1, current.index)
+        return CommitRange(current.commit, last_time, run_before.commit, run_before.timestamp)
 
     def _cache_after_commit(
         self, tx: StoreTransaction, series: SeriesState, analyzer: SeriesAnalyzer
@@ -501,6 +573,20 @@ class ChangePointHandler:
                 )
             )
         return evidence
+
+
+def _with_commit_range(verdict: Verdict, ranges: dict[str, CommitRange]) -> Verdict:
+    """A confirmed finding's verdict naming the commit range it joined its incident with."""
+    finding = verdict.finding
+    if finding is None or "incident" not in finding or finding["id"] not in ranges:
+        return verdict
+    span = ranges[finding["id"]].to_json()
+    return replace(verdict, finding={**finding, "commit_range": span})
+
+
+def _stored_incident(tx: StoreTransaction, commit: str) -> Incident:
+    stored = tx.get_blob(INCIDENT_NAMESPACE, commit)
+    return Incident(commit, {}) if stored is None else Incident.from_json(orjson.loads(stored))
 
 
 def _finite(value: float) -> float | None:

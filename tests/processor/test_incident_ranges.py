@@ -1,0 +1,283 @@
+"""Incidents by commit range, through the real processor on the in-memory ports.
+
+Every series below runs once an hour at commit `c<run>`; a step of 8 % starts at
+a chosen run. A series that runs only every other commit sees a step at an odd
+commit one run late: its range spans two commits.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from _processor_support import fresh_postgres_schema, processor_config
+from perfwatch.adapters.verdict_feed import is_alert, summary_fields
+from perfwatch.contract.models import RECORD_SCHEMA
+from perfwatch.contract.timestamps import format_rfc3339
+from perfwatch.contract.validation import validate_verdict
+from perfwatch.contract.verdicts import Incident, incident_id
+from perfwatch.processor.changepoints import INCIDENT_NAMESPACE
+from perfwatch.processor.memory import MemoryRecordTopic, MemoryVerdictSink, drain
+from perfwatch.state import open_store
+
+TOPICS = {"records": "records", "verdicts": "verdicts", "dead_letter": "dead-letter"}
+RUNS = 100
+T0 = datetime(2024, 1, 1, 2, 0, tzinfo=UTC)
+Message = tuple[str, bytes]
+
+
+def commit(run: int) -> str:
+    return f"c{run:05d}"
+
+
+def series(
+    test: str, *, step_at: int | None, every: int = 1, minutes: int = 0, seed: int = 0
+) -> list[Message]:
+    """A series' records in run order: runs 0, every, 2 * every, ...; a step up at
+    run `step_at`; each run `minutes` off the hour (jobs of one commit run at
+    different times)."""
+    rng = np.random.default_rng(seed)
+    messages = []
+    for run in range(0, RUNS, every):
+        level = 108.0 if step_at is not None and run >= step_at else 100.0
+        document = {
+            "schema": RECORD_SCHEMA,
+            "test": test,
+            "run_id": f"{test}#{run}",
+            "commit": commit(run),
+            "branch": "main",
+            "timestamp": format_rfc3339(T0 + timedelta(hours=run, minutes=minutes)),
+            "metrics": {
+                "latency_ms": {
+                    "value": round(level * (1 + rng.normal(0, 0.01)), 4),
+                    "direction": "lower_is_better",
+                }
+            },
+        }
+        messages.append((test, orjson.dumps(document)))
+    return messages
+
+
+def by_run(*streams: Sequence[Message]) -> list[Message]:
+    """The series' records interleaved in the order of their runs (stable by series)."""
+    ordered = [
+        (orjson.loads(payload)["timestamp"], i, j, (key, payload))
+        for i, stream in enumerate(streams)
+        for j, (key, payload) in enumerate(stream)
+    ]
+    return [message for *_, message in sorted(ordered)]
+
+
+def shuffled(streams: Sequence[Sequence[Message]], seed: int) -> list[Message]:
+    """The series' records in a random interleaving; each series keeps its own order."""
+    rng = random.Random(seed)
+    queues = [list(stream) for stream in streams]
+    out = []
+    while any(queues):
+        queue = rng.choice([q for q in queues if q])
+        out.append(queue.pop(0))
+    return out
+
+
+def stream(store_url: str, records: Sequence[Message]) -> list[dict[str, Any]]:
+    """The verdicts one processor publishes for `records`, in order."""
+    topic = MemoryRecordTopic(batch_size=10)
+    for key, payload in records:
+        topic.publish(payload, key=key)
+    sink = MemoryVerdictSink()
+    config = processor_config(store_url, TOPICS)
+    with open_store(config.store.url) as store:
+        assert not drain(config, store, topic, sink).messages
+    verdicts = [orjson.loads(verdict.payload) for verdict in sink.verdicts]
+    assert all(validate_verdict(v) == [] for v in verdicts)
+    return verdicts
+
+
+def incidents(verdicts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [v["incident"] for v in verdicts if v["kind"].startswith("incident.")]
+
+
+def final(verdicts: Sequence[dict[str, Any]]) -> dict[str, frozenset[tuple[str, str]]]:
+    """Incident id -> its members (test, finding id), as the last event of each says."""
+    last = {incident["id"]: incident for incident in incidents(verdicts)}
+    return {
+        key: frozenset((m["test"], m["finding_id"]) for m in incident["members"])
+        for key, incident in last.items()
+        if incident["members"]
+    }
+
+
+def grouped_tests(grouping: dict[str, frozenset[tuple[str, str]]]) -> dict[str, set[str]]:
+    return {key: {test for test, _ in members} for key, members in grouping.items()}
+
+
+EVERY = series("every", step_at=61, seed=1)  # range c00060..c00061
+SAME = series("same", step_at=61, minutes=20, seed=2)  # the same commit, run later
+NIGHTLY = series("nightly", step_at=61, every=2, seed=3)  # skips odd commits: c00060..c00062
+# runs 5 minutes before the hour: its run of c00061 comes before every's
+NEIGHBOUR = series("neighbour", step_at=62, minutes=-5, seed=4)  # c00061..c00062
+LATER = series("later", step_at=80, seed=5)  # c00079..c00080
+QUIET = series("quiet", step_at=None, seed=6)
+
+
+def test_findings_at_one_commit_share_its_incident(tmp_path: Path) -> None:
+    verdicts = stream(f"sqlite:///{tmp_path / 'state.db'}", by_run(EVERY, SAME, QUIET))
+    events = incidents(verdicts)
+    assert {e["id"] for e in events} == {incident_id(commit(61))}
+    assert [len(e["members"]) for e in events] == [1, 2]
+    assert events[-1]["commit"] == commit(61)
+    assert events[-1]["commit_range"] == {"after": commit(60), "last": commit(61)}
+    assert [m["commit_range"] for m in events[-1]["members"]] == [
+        {"after": commit(60), "last": commit(61)}
+    ] * 2
+    confirmed = [v for v in verdicts if v["kind"] == "change_point.confirmed"]
+    assert {v["finding"]["incident"] for v in confirmed} == {incident_id(commit(61))}
+    assert {v["finding"]["commit_range"]["last"] for v in confirmed} == {commit(61)}
+
+
+def test_a_series_that_skipped_commits_joins_the_incident_of_a_commit_it_skipped(
+    tmp_path: Path,
+) -> None:
+    verdicts = stream(f"sqlite:///{tmp_path / 'state.db'}", by_run(EVERY, NIGHTLY, QUIET))
+    assert grouped_tests(final(verdicts)) == {incident_id(commit(61)): {"every", "nightly"}}
+    last = incidents(verdicts)[-1]
+    assert last["commit"] == commit(61)
+    assert last["commit_range"] == {"after": commit(60), "last": commit(62)}
+    nightly = next(m for m in last["members"] if m["test"] == "nightly")
+    assert nightly["commit_range"] == {"after": commit(60), "last": commit(62)}
+    assert nightly["run_id"] == "nightly#62"
+    alert = [v for v in verdicts if v["kind"].startswith("incident.") and is_alert(v)][-1]
+    assert summary_fields(alert)["summary"].startswith(
+        "INCIDENT (commits c00060..c00062: 2 series (1 new): REGRESSION every latency_ms +"
+    )
+    confirmed = next(
+        v
+        for v in verdicts
+        if v["kind"] == "change_point.confirmed" and v["series"]["test"] == "nightly"
+    )
+    assert "commits c00060..c00062" in summary_fields(confirmed)["summary"]
+
+
+def test_neighbouring_and_distant_commits_stay_apart(tmp_path: Path) -> None:
+    # neighbour's range starts at every's last commit, and its runs come 5 minutes
+    # before every's: by time alone the two ranges would overlap
+    verdicts = stream(f"sqlite:///{tmp_path / 'state.db'}", by_run(EVERY, NEIGHBOUR, LATER))
+    assert grouped_tests(final(verdicts)) == {
+        incident_id(commit(61)): {"every"},
+        incident_id(commit(62)): {"neighbour"},
+        incident_id(commit(80)): {"later"},
+    }
+    assert all(e["kind"] == "incident.opened" for e in verdicts if e["kind"].startswith("inc"))
+
+
+def test_a_finding_that_bridges_two_incidents_merges_them_into_the_earlier(
+    tmp_path: Path,
+) -> None:
+    # nightly's records come 20 runs late: every and neighbour have their own
+    # incidents when its range (c00060..c00062) overlaps both
+    late = [(key, payload) for key, payload in NIGHTLY]
+    records = by_run(EVERY, NEIGHBOUR)
+    records = records[: 2 * 80] + late + records[2 * 80 :]
+    verdicts = stream(f"sqlite:///{tmp_path / 'state.db'}", records)
+    events = [v for v in verdicts if v["kind"].startswith("incident.")]
+    assert grouped_tests(final(verdicts)) == {
+        incident_id(commit(61)): {"every", "neighbour", "nightly"}
+    }
+    merged = [e for e in events if "merged_into" in e["incident"]]
+    assert len(merged) == 1
+    (event,) = merged
+    assert event["incident"]["id"] == incident_id(commit(62))
+    assert event["incident"]["members"] == []
+    assert event["incident"]["merged_into"] == {
+        "id": incident_id(commit(61)),
+        "commit": commit(61),
+    }
+    assert summary_fields(event)["summary"] == (
+        "INCIDENT (commit c00062: merged into the incident of commit c00061)"
+    )
+    # the absorbing incident's event of that record names both newcomers
+    (absorbing,) = (
+        e["incident"]
+        for e in events
+        if e["record_run_id"] == event["record_run_id"] and e is not event
+    )
+    assert absorbing["id"] == incident_id(commit(61))
+    assert {m["test"] for m in absorbing["members"]} == {"every", "neighbour", "nightly"}
+    newcomers = {m["finding_id"] for m in absorbing["members"] if m["test"] != "every"}
+    assert set(absorbing["joined"]) == newcomers
+    neighbour = next(m for m in absorbing["members"] if m["test"] == "neighbour")
+    assert event["incident"]["left"] == [neighbour["finding_id"]]
+
+
+ALL = (EVERY, SAME, NIGHTLY, NEIGHBOUR, LATER, QUIET)
+EXPECTED = {
+    incident_id(commit(61)): {"every", "same", "nightly", "neighbour"},
+    incident_id(commit(80)): {"later"},
+}
+
+
+def test_the_final_grouping_does_not_depend_on_the_arrival_order(tmp_path: Path) -> None:
+    groupings = []
+    for seed in range(3):
+        verdicts = stream(f"sqlite:///{tmp_path / f'{seed}.db'}", shuffled(ALL, seed))
+        groupings.append(final(verdicts))
+    assert grouped_tests(groupings[0]) == EXPECTED
+    assert groupings[1] == groupings[0]
+    assert groupings[2] == groupings[0]
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    yield from fresh_postgres_schema()
+
+
+def test_postgresql_store_groups_as_sqlite(tmp_path: Path, postgres_url: str) -> None:
+    records = shuffled(ALL, 7)
+    on_postgres = stream(postgres_url, records)
+    on_sqlite = stream(f"sqlite:///{tmp_path / 'state.db'}", records)
+    assert grouped_tests(final(on_postgres)) == EXPECTED
+    assert [v["verdict_id"] for v in on_postgres] == [v["verdict_id"] for v in on_sqlite]
+    assert incidents(on_postgres) == incidents(on_sqlite)
+
+
+def test_two_processors_on_postgresql_take_turns_on_incidents(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    # each processor has its own records (a topic of its own) and both change the
+    # same incidents at about the same time, in their own transactions
+    shares = [by_run(EVERY, NIGHTLY, LATER), by_run(SAME, NEIGHBOUR, QUIET)]
+    results: list[list[dict[str, Any]]] = [[], []]
+    failures: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = stream(postgres_url, shares[i])
+        except BaseException as error:  # reported by the test thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    with open_store(postgres_url) as store:
+        stored = [store.get_blob(INCIDENT_NAMESPACE, commit(run)) for run in (61, 62, 80)]
+    grouping = {
+        incident_id(incident.commit): frozenset(
+            (m["test"], finding) for finding, m in incident.members.items()
+        )
+        for incident in (Incident.from_json(orjson.loads(doc)) for doc in stored if doc)
+        if incident.members
+    }
+    alone = stream(f"sqlite:///{tmp_path / 'state.db'}", by_run(*ALL))
+    assert grouped_tests(grouping) == EXPECTED
+    assert grouping == final(alone)

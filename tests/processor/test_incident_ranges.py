@@ -8,8 +8,10 @@ commit one run late: its range spans two commits.
 from __future__ import annotations
 
 import random
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,16 +19,32 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from _processor_support import fresh_postgres_schema, processor_config
+from _verdict_samples import EMITTED_AT, evidence
 from perfwatch.adapters.verdict_feed import is_alert, summary_fields
-from perfwatch.contract.models import RECORD_SCHEMA
+from perfwatch.config import Config
+from perfwatch.contract.codec import dumps
+from perfwatch.contract.models import RECORD_SCHEMA, ChangePointEvidence, SeriesRef
 from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.validation import validate_verdict
-from perfwatch.contract.verdicts import Incident, incident_id
-from perfwatch.processor.changepoints import INCIDENT_NAMESPACE
+from perfwatch.contract.verdicts import (
+    CONFIRMED,
+    RETRACTED,
+    UPDATED,
+    BeliefChange,
+    CommitRange,
+    Finding,
+    Incident,
+    incident_commit,
+    incident_id,
+    overlapping_groups,
+)
+from perfwatch.processor.changepoints import INCIDENT_NAMESPACE, ChangePointHandler, IncidentMove
 from perfwatch.processor.memory import MemoryRecordTopic, MemoryVerdictSink, drain
-from perfwatch.state import open_store
+from perfwatch.state import Point, SeriesKey, StoreTransaction, open_store
 
 TOPICS = {"records": "records", "verdicts": "verdicts", "dead_letter": "dead-letter"}
 RUNS = 100
@@ -281,3 +299,140 @@ def test_two_processors_on_postgresql_take_turns_on_incidents(
     alone = stream(f"sqlite:///{tmp_path / 'state.db'}", by_run(*ALL))
     assert grouped_tests(grouping) == EXPECTED
     assert grouping == final(alone)
+
+
+Schedule = tuple[int, int, float, int]  # every, first commit, minutes off the hour, changed commit
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[list[Schedule], list[tuple[str, int]]]:
+    """Series and the order their findings are confirmed, and some retracted, in."""
+    count = draw(st.integers(2, 6))
+    series = []
+    for _ in range(count):
+        every = draw(st.integers(1, 3))
+        first = draw(st.integers(0, every - 1))
+        series.append((every, first, draw(st.floats(-20, 20)), draw(st.integers(5, 12))))
+    retracted = draw(st.lists(st.integers(0, count - 1), unique=True, max_size=count - 1))
+    order = draw(st.permutations([*range(count), *retracted]))
+    # a finding's first step confirms it, its second retracts it
+    steps = [("retract" if i in order[:n] else "confirm", i) for n, i in enumerate(order)]
+    return series, steps
+
+
+def stored_series(tx: StoreTransaction, i: int, schedule: Schedule) -> tuple[int, list[int]]:
+    """Series `t<i>` with a point at each commit of its schedule: its id and runs."""
+    every, first, minutes, _ = schedule
+    key = SeriesKey.of(f"t{i}", "m")
+    state = tx.lock_series([key])[key]
+    runs = list(range(first, 20, every))
+    for run in runs:
+        at = T0 + timedelta(hours=run, minutes=minutes)
+        tx.add_points([(state, Point(f"t{i}#{run}", 1.0, at.timestamp(), commit(run)))])
+    tx.save_series([(state, None)])
+    return state.series_id, runs
+
+
+def located(i: int, schedule: Schedule, runs: list[int], index: int) -> ChangePointEvidence:
+    at = T0 + timedelta(hours=runs[index], minutes=schedule[2])
+    run_id, at_commit = f"t{i}#{runs[index]}", commit(runs[index])
+    return replace(evidence(), index=index, run_id=run_id, commit=at_commit, time=at)
+
+
+@settings(max_examples=25, deadline=None)
+@given(histories())
+def test_incidents_kept_step_by_step_are_the_groups_of_the_findings_left(
+    history: tuple[list[Schedule], list[tuple[str, int]]],
+) -> None:
+    schedules, steps = history
+    handler = ChangePointHandler(Config())
+    with tempfile.TemporaryDirectory() as folder, open_store(f"sqlite:///{folder}/s.db") as store:
+        moves = {}
+        ranges = {}
+        with store.transaction() as tx:
+            for i, schedule in enumerate(schedules):
+                series_id, runs = stored_series(tx, i, schedule)
+                index = next(n for n, run in enumerate(runs) if run >= schedule[3])
+                cp = located(i, schedule, runs, index)
+                finding = Finding(cp, f"{i:032x}", "confirmed", 0)
+                ref = SeriesRef(f"t{i}", "m", {})
+                moves[i] = [
+                    IncidentMove(ref, series_id, BeliefChange(kind, now, cp, finding), None)
+                    for kind, now in ((CONFIRMED, cp), (RETRACTED, None))
+                ]
+                before = runs[index - 1] if index else None
+                ranges[finding.finding_id] = CommitRange(
+                    commit(runs[index]),
+                    cp.time.timestamp(),
+                    None if before is None else commit(before),
+                    None
+                    if before is None
+                    else (T0 + timedelta(hours=before, minutes=schedule[2])).timestamp(),
+                )
+        for step, i in steps:
+            with store.transaction() as tx:
+                move = moves[i][step == "retract"]
+                verdicts, _ = handler.incidents("r", [move], tx, EMITTED_AT)
+            assert all(validate_verdict(orjson.loads(dumps(v))) == [] for v in verdicts)
+        left = {f"{i:032x}" for step, i in steps if step == "confirm"}
+        left -= {f"{i:032x}" for step, i in steps if step == "retract"}
+        kept = {f: ranges[f] for f in left}
+        expected = {
+            incident_commit(kept[f] for f in group): set(group)
+            for group in overlapping_groups(kept, kept)
+        }
+        stored = {}
+        for run in range(20):
+            doc = store.get_blob(INCIDENT_NAMESPACE, commit(run))
+            if doc and (incident := Incident.from_json(orjson.loads(doc))).members:
+                stored[incident.commit] = set(incident.members)
+        assert stored == expected
+
+
+def test_a_finding_that_moves_back_and_forth_repeats_its_incident_events(
+    tmp_path: Path,
+) -> None:
+    # one series runs every commit, its finding moves between c00008 and c00010;
+    # another's finding holds c00010
+    handler = ChangePointHandler(Config())
+    schedule: Schedule = (1, 0, 0.0, 8)
+    events = []
+    with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        with store.transaction() as tx:
+            flapping, runs = stored_series(tx, 0, schedule)
+            steady, _ = stored_series(tx, 1, schedule)
+        at8, at10 = located(0, schedule, runs, 8), located(0, schedule, runs, 10)
+        ref = SeriesRef("t0", "m", {})
+
+        def finding(cp: ChangePointEvidence) -> Finding:
+            return Finding(cp, "f" * 32, "confirmed", 0)
+
+        moved = {
+            10: BeliefChange(UPDATED, at10, at8, finding(at10), ("moved",)),
+            8: BeliefChange(UPDATED, at8, at10, finding(at8), ("moved",)),
+        }
+        other = located(1, schedule, runs, 10)
+        first = [
+            IncidentMove(ref, flapping, BeliefChange(CONFIRMED, at8, at8, finding(at8)), None),
+            IncidentMove(
+                SeriesRef("t1", "m", {}),
+                steady,
+                BeliefChange(CONFIRMED, other, other, Finding(other, "e" * 32, "confirmed", 0)),
+                None,
+            ),
+        ]
+        for n, moves in enumerate([first, *([[IncidentMove(ref, flapping, moved[i], None)]
+                                              for i in (10, 8, 10, 8)])]):  # fmt: skip
+            with store.transaction() as tx:
+                events += handler.incidents(f"r{n}", moves, tx, EMITTED_AT)[0]
+    shown = [
+        (v.incident["commit"], sorted(m["finding_id"][0] for m in v.incident["members"]))
+        for v in events
+        if v.incident is not None
+    ]
+    assert shown == [
+        ("c00008", ["f"]),
+        ("c00010", ["e"]),
+        *[("c00008", []), ("c00010", ["e", "f"]), ("c00008", ["f"]), ("c00010", ["e"])] * 2,
+    ]
+    assert len({v.verdict_id for v in events}) == len(events)

@@ -575,16 +575,25 @@ def incident_verdict(
 ) -> Verdict:
     """The incident event after findings joined or left it (or it was merged into
     another); its id hashes the kind, the incident, its members' findings and
-    rounded changes, and the incident it was merged into."""
+    rounded changes, the incident it was merged into, and the record and series
+    that caused it (a finding that flaps between two incidents repeats an event,
+    which must not look like a redelivery)."""
     block = incident.block(joined, left, merged_into)
     kind: IncidentKind = INCIDENT_OPENED if opened else INCIDENT_UPDATED
     evidence = [
         [m["finding_id"], m["direction"], _rounded(m["forward_change_percent"])]
         for m in block["members"]
     ]
-    hashed: list[Any] = [kind, block["id"], evidence, block.get("joined"), block.get("left")]
-    if "merged_into" in block:
-        hashed.append(block["merged_into"]["id"])
+    hashed = [
+        kind,
+        block["id"],
+        evidence,
+        block.get("joined"),
+        block.get("left"),
+        block.get("merged_into"),
+        record_run_id,
+        series.to_json(),
+    ]
     return Verdict(
         verdict_id=hashlib.sha256(orjson.dumps(hashed)).hexdigest()[:32],
         kind=kind,

@@ -168,7 +168,7 @@ class ChangePointHandler:
             if self._config.verdicts.early_warning:
                 beliefs = self._suspicions(record, change, analyzer, tx, beliefs, emitted_at)
             verdicts.extend(beliefs)
-        incidents, joined = self._incidents(record, moves, tx, emitted_at)
+        incidents, joined = self.incidents(record.run_id, moves, tx, emitted_at)
         verdicts = [_with_commit_range(verdict, joined) for verdict in verdicts]
         verdicts.extend(incidents)
         tx.save_series(
@@ -409,8 +409,12 @@ class ChangePointHandler:
         tx.put_blob(SUSPICION_NAMESPACE, key, orjson.dumps(block))
         return [*beliefs, verdict(SUSPECTED, block)]
 
-    def _incidents(
-        self, record: Record, moves: list[IncidentMove], tx: StoreTransaction, emitted_at: datetime
+    def incidents(
+        self,
+        record_run_id: str,
+        moves: Sequence[IncidentMove],
+        tx: StoreTransaction,
+        emitted_at: datetime,
     ) -> tuple[list[Verdict], dict[str, CommitRange]]:
         """Confirmed findings join the incident of the findings their commit ranges
         overlap, retracted or moved ones leave theirs: one incident verdict per
@@ -500,7 +504,7 @@ class ChangePointHandler:
                     joined=[f for f in new.members if f not in old.members],
                     left=[f for f in old.members if f not in new.members],
                     series=cause,
-                    record_run_id=record.run_id,
+                    record_run_id=record_run_id,
                     emitted_at=emitted_at,
                     merged_into=merged,
                 )

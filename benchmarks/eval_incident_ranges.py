@@ -8,8 +8,8 @@ in-memory ports, a SQLite store). Per seed, commits c0..c159 land one an hour;
 every second commit, a third at every fourth (each from its own first
 commit), every job some minutes off the hour (its own offset of up to 20
 minutes either way, and up to 5 minutes more from run to run). Noise is per
-series (0.5-2 %; Gaussian, heavy-tailed Student t with 3 degrees of freedom,
-or bimodal "slow host" runs). Three culprit commits slow five series each by
+series (0.5-2 %; the noise families of `perf_histories`: Gaussian, lognormal,
+bimodal, Student t with 3 degrees of freedom). Three culprit commits slow five series each by
 3-10 %: two of them neighbours (commits k and k+1, the hard case: the series
 that skipped one of them cannot tell them apart), one alone. Six series see
 no change.
@@ -24,6 +24,8 @@ commit of their first changed run (the rule before ranges):
   (1 is the goal: one alert per change);
 - wrong merges: incidents holding findings of different culprits with no
   ambiguous member to justify it;
+- incidents of no culprit: incidents only of findings E-Divisive placed off
+  the change (their range misses the culprit);
 - incident messages posted (`is_alert`; for the exact-commit rule, counted as
   the same rule would post them: 1 + floor(log2 n) for an incident of n
   series, as no member is retracted in this workload).
@@ -34,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,12 +45,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from eval_verdict_lifecycle import published
+from perf_histories import NOISE_FAMILIES, unit_noise
 from perfwatch.adapters.verdict_feed import is_alert
 from perfwatch.config import Config
 from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.validation import RECORD_SCHEMA
-from perfwatch.processor.memory import MemoryRecordTopic, MemoryVerdictSink, drain
-from perfwatch.state import open_store
 
 T0 = datetime(2024, 1, 1, 2, 0, tzinfo=UTC)
 COMMITS = 160
@@ -59,17 +60,10 @@ SERIES_PER_CULPRIT = 5
 @dataclass
 class Series:
     name: str
+    step: float  # % by which its culprit slows it (0: none)
     runs: list[int]  # the commits it ran, in order
     minutes: list[float]  # each run's offset from its commit's hour
     values: np.ndarray
-
-
-def noise(rng: np.random.Generator, family: str, sigma: float, n: int) -> np.ndarray:
-    if family == "gauss":
-        return rng.normal(0, sigma, n)
-    if family == "heavy":
-        return sigma * rng.standard_t(3, n) / np.sqrt(3)
-    return rng.normal(0, sigma, n) + (rng.random(n) < 0.2) * 3 * sigma  # bimodal
 
 
 def workload(seed: int) -> tuple[list[Series], list[int]]:
@@ -91,13 +85,12 @@ def workload(seed: int) -> tuple[list[Series], list[int]]:
         offset = rng.uniform(-20, 20)
         minutes = [offset + rng.uniform(-5, 5) for _ in runs]
         sigma = rng.uniform(0.005, 0.02)
-        family = ("gauss", "heavy", "bimodal")[int(rng.integers(0, 3))]
+        family = str(rng.choice(NOISE_FAMILIES))
         level = np.ones(len(runs))
-        if i in steps:
-            culprit, step = steps[i]
-            level[np.asarray(runs) >= culprit] *= 1 + step / 100
-        values = 100 * level * (1 + noise(rng, family, sigma, len(runs)))
-        series.append(Series(f"s{i:02d}-every{every}", runs, minutes, values))
+        culprit, step = steps.get(i, (COMMITS, 0.0))
+        level[np.asarray(runs) >= culprit] *= 1 + step / 100
+        values = 100 * level * (1 + sigma * unit_noise(rng, family, len(runs)))
+        series.append(Series(f"s{i:02d}-every{every}", step, runs, minutes, values))
     return series, culprits
 
 
@@ -120,16 +113,7 @@ def records(series: list[Series]) -> list[tuple[str, bytes]]:
 
 
 def verdict_stream(series: list[Series]) -> list[dict[str, Any]]:
-    topic = MemoryRecordTopic(batch_size=50)
-    for key, payload in records(series):
-        topic.publish(payload, key=key)
-    sink = MemoryVerdictSink()
-    with (
-        tempfile.TemporaryDirectory() as folder,
-        open_store(f"sqlite:///{Path(folder) / 'state.db'}") as store,
-    ):
-        drain(Config(), store, topic, sink)
-    return [orjson.loads(v.payload) for v in sink.verdicts]
+    return published(Config(), records(series))
 
 
 def commit_number(commit: str) -> int:
@@ -139,14 +123,16 @@ def commit_number(commit: str) -> int:
 def scores(
     groups: list[set[str]], truth: dict[str, set[int]], culprits: list[int]
 ) -> dict[str, Any]:
-    """Incidents per culprit and wrong merges of a grouping of finding ids."""
+    """Incidents per culprit, wrong merges and incidents of no culprit (findings
+    placed off the change) of a grouping of finding ids."""
     per_culprit = {c: sum(1 for g in groups if any(c in truth[f] for f in g)) for c in culprits}
     wrong = 0
     for group in groups:
         held = set().union(*(truth[f] for f in group))
         ambiguous = any(len(truth[f]) > 1 for f in group)
         wrong += len(held) > 1 and not ambiguous
-    return {"incidents_per_culprit": per_culprit, "wrong_merges": wrong}
+    stray = sum(1 for g in groups if not any(truth[f] for f in g))
+    return {"incidents_per_culprit": per_culprit, "wrong_merges": wrong, "stray_incidents": stray}
 
 
 def evaluate(seed: int) -> dict[str, Any]:
@@ -184,11 +170,16 @@ def evaluate(seed: int) -> dict[str, Any]:
         by_commit[ranges[f]["last"]].add(f)
     exact = list(by_commit.values())
     posted = sum(1 for v in verdicts if v["kind"].startswith("incident.") and is_alert(v))
+    steps = {s.name: s.step for s in series}
+    caught = {standing[f]["series"]["test"] for f in standing if truth[f]}
     return {
         "seed": seed,
         "culprits": culprits,
         "confirmed": len(standing),
         "stray": sum(1 for f in standing if not truth[f]),
+        "slowed": sum(1 for step in steps.values() if step),
+        "caught_steps": sorted(steps[name] for name in caught),
+        "missed_steps": sorted(s for name, s in steps.items() if s and name not in caught),
         "ambiguous": sum(1 for f in standing if len(truth[f]) > 1),
         "spanning": sum(1 for f in standing if ranges[f].get("after") and
                         commit_number(ranges[f]["last"]) - commit_number(ranges[f]["after"]) > 1),
@@ -219,9 +210,16 @@ def main() -> None:
             f"incident messages {sum(r[rule]['messages'] for r in results)}"
         )
     totals = {
-        k: sum(r[k] for r in results) for k in ("confirmed", "stray", "ambiguous", "spanning")
+        k: sum(r[k] for r in results)
+        for k in ("slowed", "confirmed", "stray", "ambiguous", "spanning")
     }
     print(f"findings: {totals}")
+    caught = [step for r in results for step in r["caught_steps"]]
+    missed = [round(step, 1) for r in results for step in r["missed_steps"]]
+    print(f"smallest step caught {min(caught):.1f} %, missed steps {missed}")
+    for rule in ("exact", "range"):
+        stray = sum(r[rule]["stray_incidents"] for r in results)
+        print(f"{rule:>5}: incidents of no culprit {stray}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

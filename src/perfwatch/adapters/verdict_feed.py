@@ -188,7 +188,6 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
     fields["commits"] = _commits(
         _block(_block(verdict, "finding"), "commit_range"), fields["commit"]
     )
-    commits = fields["commits"]
     fields["summary"] = " ".join(
         part
         for part in (
@@ -197,7 +196,7 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
             fields["metric"],
             fields["change"],
             f"p={fields['pvalue']}" if fields["pvalue"] else "",
-            f"{'commits' if '..' in commits else 'commit'} {commits}" if commits else "",
+            _place(fields["commits"]) if fields["commits"] else "",
             fields["detail"],
             f"[{fields['attributes']}]" if fields["attributes"] else "",
         )
@@ -268,8 +267,7 @@ def _incident_detail(incident: Mapping[str, Any]) -> str:
         return (
             f"(commit {commit}: merged into the incident of commit {str(into.get('commit'))[:12]})"
         )
-    commits = _commits(_block(incident, "commit_range"), commit)
-    place = f"commits {commits}" if ".." in commits else f"commit {commit}"
+    place = _place(_commits(_block(incident, "commit_range"), commit))
     return f"({place}: {len(members)} series{news}: {', '.join(parts)})"
 
 
@@ -279,6 +277,10 @@ def _commits(commit_range: Mapping[str, Any], commit: str) -> str:
     if isinstance(after, str) and isinstance(last, str):
         return f"{after[:12]}..{last[:12]}"
     return commit
+
+
+def _place(commits: str) -> str:
+    return f"commits {commits}" if ".." in commits else f"commit {commits}"
 
 
 def _member_text(member: Mapping[str, Any]) -> str:

@@ -912,6 +912,10 @@ def test_the_sample_view_shows_perfwatch_recommends_numbers(judged_sample: dict)
         for input_id, vote in votes.items()
     }
     assert all(v["numbers"]["previous_source"] == "reference" for v in votes.values())
+    baseline = {p.input_id: p.cpu_time_s for p in input_suite()}
+    assert {row["input_id"]: row["baseline_s"] for row in body["shifts"]["inputs"]} == {
+        input_id: baseline[input_id] for input_id in votes
+    }
     (drivers,) = traces(shift, "drivers")
     assert drivers["meta"]["inputs"] == cli["drivers"]
     assert drivers["text"] == [votes[i]["label"] for i in cli["drivers"]]

@@ -499,12 +499,18 @@ def shift_figure(shifts: Mapping[str, Any] | None, colours: Mapping[int, str]) -
                     "line": {"color": "#fff", "width": 1},
                 },
                 "customdata": [
-                    [row["input_id"], row["label"], row["old_source"] or "", row["reason"]]
+                    [
+                        row["input_id"],
+                        row["label"],
+                        row["old_source"] or "",
+                        row["reason"],
+                        "" if row["baseline_s"] is None else f"{row['baseline_s']:.4g} s",
+                    ]
                     for row in rows
                 ],
                 "hovertemplate": "<b>%{customdata[0]}</b> (%{customdata[1]})<br>old %{x:.4g} s "
-                "(%{customdata[2]}) → new %{y:.4g} s<br>%{customdata[3]}"
-                "<extra>%{fullData.name}</extra>",
+                "(%{customdata[2]}) → new %{y:.4g} s; in the baseline %{customdata[4]}"
+                "<br>%{customdata[3]}<extra>%{fullData.name}</extra>",
                 "meta": {
                     "role": "sampled",
                     "label": label,

@@ -28,25 +28,41 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from _alerting_workload import Forwarder, Outcome, generate, outcome, run_through_stack
+from _alerting_workload import (
+    Forwarder,
+    Outcome,
+    Workload,
+    generate,
+    outcome,
+    run_through_stack,
+)
 from _processor_support import POSTGRES_URL_ENV, postgres_schema
 from perfwatch.brokers.handle import BrokerHandle
 from perfwatch.brokers.standalone import PulsarStandalone, fetch_jars
 
 
-def report(name: str, result: Outcome) -> None:
+def _what(post: dict[str, Any]) -> str:
+    incident = post.get("incident")
+    if isinstance(incident, dict):
+        members = incident.get("members", [])
+        return f"{post['kind']} at {incident.get('commit')} ({len(members)} series)"
+    return f"{post.get('kind')} {post.get('series', {}).get('test')}"
+
+
+def report(name: str, workload: Workload, result: Outcome) -> None:
     counts = [count for _, count in result.per_change]
     exact = sum(count == 1 for count in counts)
     print(f"{name}: {result.total} messages")
     print(f"  true changes posted exactly once: {exact} / {len(counts)}")
     print(f"  messages per true change: {counts}")
-    for change, count in result.repeated:
-        print(
-            f"    {count} messages: {change.what} at run {change.run}, {len(change.steps)} series"
-        )
+    for change, posts in zip(workload.changes, result.posts_of, strict=True):
+        if len(posts) > 1:
+            said = "; ".join(_what(post) for post in posts)
+            print(f"    {change.what} at run {change.run}, {len(change.steps)} series: {said}")
     for change in result.missed:
         steps = ", ".join(f"{k[0]} {k[1]} {100 * (f - 1):+.1f}%" for k, f in change.steps.items())
         print(f"    missed: {change.what} at run {change.run} ({steps})")
@@ -112,8 +128,8 @@ def main() -> None:
             log=print,
         )
     print(f"done after {time.monotonic() - started:.0f} s")
-    report("grouped", outcome(workload, posts.get(grouped.path, [])))
-    report("--group-wait 0", outcome(workload, posts.get(ungrouped.path, [])))
+    report("grouped", workload, outcome(workload, posts.get(grouped.path, [])))
+    report("--group-wait 0", workload, outcome(workload, posts.get(ungrouped.path, [])))
 
 
 if __name__ == "__main__":

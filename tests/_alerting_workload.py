@@ -181,6 +181,7 @@ class Outcome:
     """Messages per true change, and the messages about noise-only series or off the truth."""
 
     per_change: list[tuple[Change, int]] = field(default_factory=list)
+    posts_of: list[list[dict[str, Any]]] = field(default_factory=list)  # by change
     noise: int = 0
     elsewhere: int = 0  # about changed series, at a commit no true change of theirs is near
     total: int = 0
@@ -189,16 +190,11 @@ class Outcome:
     def missed(self) -> list[Change]:
         return [change for change, count in self.per_change if count == 0]
 
-    @property
-    def repeated(self) -> list[tuple[Change, int]]:
-        return [(change, count) for change, count in self.per_change if count > 1]
-
 
 def outcome(workload: Workload, posts: Sequence[dict[str, Any]], near: int = 3) -> Outcome:
     """Attribute each posted verdict: to the true changes of its series within `near`
     runs of its commit (one message counts once per change), or to noise."""
-    counts = [0] * len(workload.changes)
-    result = Outcome(total=len(posts))
+    result = Outcome(total=len(posts), posts_of=[[] for _ in workload.changes])
     for post in posts:
         about = list(_series_and_commits(post))
         if any(key in workload.noise_only for key, _ in about):
@@ -214,9 +210,12 @@ def outcome(workload: Workload, posts: Sequence[dict[str, Any]], near: int = 3) 
             and _nearest(workload, key, workload.run_of(commit)) is change
         }
         for index in hit:
-            counts[index] += 1
+            result.posts_of[index].append(post)
         result.elsewhere += not hit
-    result.per_change = list(zip(workload.changes, counts, strict=True))
+    result.per_change = [
+        (change, len(posts))
+        for change, posts in zip(workload.changes, result.posts_of, strict=True)
+    ]
     return result
 
 

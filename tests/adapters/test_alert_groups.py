@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,26 +40,28 @@ def test_the_first_message_waits_and_says_the_incident_as_it_stands() -> None:
     assert groups.holding == 0
 
 
-def test_later_changes_are_batched_per_interval_and_posted_only_past_a_power_of_two() -> None:
+def test_later_changes_are_batched_per_interval_and_posted_once_the_incident_doubled() -> None:
     stream, groups = IncidentStream(), AlertGroups[int](wait_s=30, interval_s=300)
     groups.offer(stream.change(joined=["a", "b", "c"]), 1, now=0)
     assert sizes(groups.due(30)) == [3]
-    # 3 -> 4 -> 5 within one interval: one update at its end, naming both newcomers
+    # 3 -> 4 -> 5: not yet twice what the team was told; acknowledged without a message
     groups.offer(stream.change(joined=["d"]), 2, now=40)
     groups.offer(stream.change(joined=["e"]), 3, now=100)
     assert groups.due(329.9) == []
-    [update] = groups.due(330)
-    assert update.held == [2, 3]
-    assert update.message is not None and update.message["kind"] == "incident.updated"
-    assert update.message["incident"]["joined"] == ["d", "e"]
-    assert "(2 new)" in summary_fields(update.message)["summary"]
-    # 5 -> 6: no power of two passed; acknowledged without a message
+    [quiet] = groups.due(330)
+    assert (quiet.message, quiet.held) == (None, [2, 3])
+    # 6: one update at the end of the interval, naming all three newcomers
     groups.offer(stream.change(joined=["f"]), 4, now=400)
-    [quiet] = groups.due(630)
-    assert (quiet.message, quiet.held) == (None, [4])
-    # 5 posted, now 6 -> 9 passes 8
-    groups.offer(stream.change(joined=["g", "h", "i"]), 5, now=700)
-    assert sizes(groups.due(700)) == [9]
+    [update] = groups.due(630)
+    assert update.held == [4]
+    assert update.message is not None and update.message["kind"] == "incident.updated"
+    assert update.message["incident"]["joined"] == ["d", "e", "f"]
+    assert "6 series (3 new)" in summary_fields(update.message)["summary"]
+    # the next interval starts from that message: 6 -> 12
+    groups.offer(stream.change(joined=[f"g{i}" for i in range(5)]), 5, now=700)
+    assert sizes(groups.due(930)) == [None]
+    groups.offer(stream.change(joined=["h"]), 6, now=1000)
+    assert sizes(groups.due(1000)) == [12]
 
 
 def test_a_members_new_evidence_is_held_and_shown_in_the_next_message() -> None:
@@ -136,15 +141,8 @@ def incident_verdicts(changes: list[int]) -> list[dict[str, Any]]:
     return made
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(min_value=1, max_value=4), max_size=20), st.booleans())
-def test_without_waiting_the_groups_post_what_is_alert_selects(
-    batches: list[int], emptied: bool
-) -> None:
-    """An incident that grows by batches of findings, then maybe empties one by one.
-
-    (When members leave and others join, the groups compare with the last message
-    while `is_alert` compares with the verdict before: they may differ there.)"""
+def growing(batches: Sequence[int], emptied: bool) -> list[dict[str, Any]]:
+    """An incident growing by batches of findings, then maybe emptied one by one."""
     stream, verdicts, members = IncidentStream(), [], []
     for batch in batches:
         joined = [f"f{len(members) + i:03d}" for i in range(batch)]
@@ -152,12 +150,43 @@ def test_without_waiting_the_groups_post_what_is_alert_selects(
         verdicts.append(stream.change(joined=joined))
     while emptied and members:
         verdicts.append(stream.change(left=[members.pop()]))
-    groups = AlertGroups[int](wait_s=0, interval_s=0)
+    return verdicts
+
+
+def posted_sizes(verdicts: Sequence[dict[str, Any]], times: Sequence[float]) -> list[int]:
+    groups = AlertGroups[int](wait_s=30, interval_s=300) if times else AlertGroups[int](0, 0)
     posted = []
-    for now, document in enumerate(verdicts):
-        groups.offer(document, now, now=now)
+    for position, document in enumerate(verdicts):
+        now = times[position] if times else position
         posted += [len(g.message["incident"]["members"]) for g in groups.due(now) if g.message]
-    assert posted == [len(v["incident"]["members"]) for v in verdicts if is_alert(v)]
+        groups.offer(document, position, now=now)
+        posted += [len(g.message["incident"]["members"]) for g in groups.due(now) if g.message]
+    return posted + [len(g.message["incident"]["members"]) for g in groups.flush() if g.message]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=0, max_value=40), st.booleans())
+def test_without_waiting_one_series_at_a_time_the_groups_post_what_is_alert_selects(
+    count: int, emptied: bool
+) -> None:
+    verdicts = growing([1] * count, emptied)
+    assert posted_sizes(verdicts, []) == [
+        len(v["incident"]["members"]) for v in verdicts if is_alert(v)
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=4), min_size=1, max_size=20),
+    st.lists(st.floats(min_value=0, max_value=400), min_size=20, max_size=20),
+)
+def test_each_message_of_a_growing_incident_is_at_least_twice_the_one_before(
+    batches: list[int], gaps: list[float]
+) -> None:
+    sizes = posted_sizes(growing(batches, False), list(np.cumsum(gaps)))
+    assert sizes[0] >= 1
+    assert all(later >= 2 * earlier for earlier, later in itertools.pairwise(sizes))
+    assert len(sizes) <= 1 + math.log2(sum(batches) / sizes[0])
 
 
 @settings(max_examples=200, deadline=None)

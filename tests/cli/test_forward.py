@@ -374,3 +374,33 @@ def test_a_forwarder_stopped_while_holding_a_group_gets_its_verdicts_again(
     assert stats.delivered == 1
     [body] = webhook.accepted
     assert "2 series" in orjson.loads(body)["text"]
+
+
+@pytest.mark.parametrize(("group_wait", "sizes"), [("0", [1, 2, 4]), ("30", [4])])
+def test_group_wait_zero_posts_each_alert_as_it_comes(
+    each_broker: BrokerHandle,
+    client: pulsar.Client,
+    unique_topic: Callable[[str], str],
+    webhook_factory: Callable,
+    group_wait: str,
+    sizes: list[int],
+) -> None:
+    """With the default wait, the input ending (--idle-timeout) posts the group at once."""
+    topic = unique_topic("verdicts")
+    webhook = webhook_factory({})
+    stream = IncidentStream()
+    producer = client.create_producer(topic)
+    for joined in (["a"], ["b"], ["c"], ["d"]):
+        producer.send(dumps(stream.change(joined=joined)))
+    command = ["forward", "--webhook", webhook.url, "--pulsar-url", each_broker.service_url]
+    command += ["--verdicts-topic", topic, "--from-earliest", "--payload", "raw"]
+
+    result = CliRunner().invoke(
+        main, [*command, "--group-wait", group_wait, "--idle-timeout", "1.5"]
+    )
+
+    assert result.exit_code == 0, result.output
+    posted = [orjson.loads(body)["incident"]["members"] for body in webhook.accepted]
+    assert [len(members) for members in posted] == sizes
+    grouped = 0 if group_wait == "0" else 4
+    assert f"{grouped} grouped into incident messages" in result.stderr

@@ -4,10 +4,9 @@ Alertmanager's grouping, under its names. The first verdict of an incident the
 forwarder has not posted yet starts its group, which waits `wait_s` collecting
 the incident's later verdicts and its members' evidence updates; then one
 message says the incident as it stands. Later changes to a posted incident are
-batched: at most one message per `interval_s`, and only when the incident grew
-past a power of two series or emptied since the last message (`incident_news`,
-the rule `is_alert` applies to single verdicts). A member's new evidence alone
-is no news: it shows in the incident's next message.
+batched: at most one message per `interval_s`, and only when the incident has
+at least doubled or emptied since the last message (`is_news`). A member's new
+evidence alone is no news: it shows in the incident's next message.
 
 The message depends only on the verdicts read: the newest incident verdict,
 its members' changes replaced by their newest evidence, and what joined or
@@ -25,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from perfwatch.adapters.verdict_feed import block, incident_news, listed
+from perfwatch.adapters.verdict_feed import block, listed
 
 Held = TypeVar("Held")
 
@@ -134,7 +133,7 @@ class AlertGroups(Generic[Held]):
                 incident.pop("joined", None)
                 incident.pop("left", None)
                 message = {**group.latest, "kind": "incident.opened"}
-        elif incident_news(len(group.posted), len(members)):
+        elif is_news(len(group.posted), len(members)):
             incident.pop("joined", None)
             incident.pop("left", None)
             if joined := sorted(ids - group.posted):
@@ -154,6 +153,18 @@ class AlertGroups(Generic[Held]):
             idle = next((key for key, old in self._groups.items() if not old.held), None)
             if idle is not None:
                 del self._groups[idle]
+
+
+def is_news(posted: int, now: int) -> bool:
+    """Whether an incident whose last message listed `posted` series and that now has
+    `now` is worth another: it emptied, or it has at least doubled.
+
+    Relative to the last message, not to fixed sizes: the team was told of
+    `posted` series, and a few more are not news until they are as many again.
+    An incident growing one series at a time posts at 1, 2, 4, 8, ... series, as
+    `is_alert` does for single verdicts; one first posted with 3 posts next at 6.
+    """
+    return now == 0 < posted or (now > 0 and now >= 2 * posted)
 
 
 def _known_before(incident: Mapping[str, Any]) -> set[str]:

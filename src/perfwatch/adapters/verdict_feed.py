@@ -77,7 +77,7 @@ def is_alert(verdict: Mapping[str, Any]) -> bool:
         incident = block(verdict, "incident")
         after = len(listed(incident, "members"))
         before = after - len(listed(incident, "joined")) + len(listed(incident, "left"))
-        return incident_news(before, after)
+        return _grew_past_a_power_of_two_or_emptied(before, after)
     if not kind.startswith("change_point."):
         return True
     finding = block(verdict, "finding")
@@ -93,8 +93,8 @@ def is_alert(verdict: Mapping[str, Any]) -> bool:
 SUSPICION_KINDS = ("change_point.suspected", "change_point.withdrawn")
 
 
-def incident_news(before: int, after: int) -> bool:
-    """Whether an incident of `before` series that now has `after` is worth a message:
+def _grew_past_a_power_of_two_or_emptied(before: int, after: int) -> bool:
+    """Whether an incident of `before` series that now has `after` is worth an alert:
     it emptied, or grew past a power of two (1, 2, 4, 8, ... series)."""
     return after == 0 < before or (after > before and before < 1 << (after.bit_length() - 1))
 

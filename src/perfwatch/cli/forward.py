@@ -95,7 +95,7 @@ if TYPE_CHECKING:
     default=300.0,
     show_default=True,
     help="Seconds between two messages of one incident: later changes are batched, and "
-    "posted only if it grew past a power of two series or emptied.",
+    "posted only if it has at least doubled or emptied since the last message.",
 )
 @verdict_source_options(alerts_only=True)
 def forward(
@@ -121,8 +121,8 @@ def forward(
 
     An incident's verdicts are grouped as Alertmanager groups alerts: its first
     message waits --group-wait seconds and says the incident as it stands; later
-    changes go out at most once per --group-interval, when it grew past a power
-    of two series (2, 4, 8, ...) or emptied. When the input ends (--limit,
+    changes go out at most once per --group-interval, when it has at least
+    doubled or emptied since the last message. When the input ends (--limit,
     --idle-timeout) the groups still waiting are posted at once.
 
     A verdict is acknowledged only once the webhook answered 2xx to its message;

@@ -86,6 +86,17 @@ def test_a_members_new_evidence_is_held_and_shown_in_the_next_message() -> None:
     ]
 
 
+def test_a_member_that_joins_again_shows_the_evidence_it_joined_with() -> None:
+    stream, groups = IncidentStream(), AlertGroups[int](wait_s=30, interval_s=300)
+    groups.offer(stream.change(joined=["a"]), 1, now=0)
+    groups.offer(member_update("a", 9.0), 2, now=1)
+    groups.offer(stream.change(left=["a"]), 3, now=2)
+    groups.offer(stream.change(joined=["a"], change=6.5), 4, now=3)
+    [due] = groups.due(30)
+    assert due.message is not None
+    assert due.message["incident"]["members"][0]["forward_change_percent"] == 6.5
+
+
 def test_a_change_point_of_an_incident_not_seen_is_not_held() -> None:
     groups = AlertGroups[int]()
     assert not groups.offer(member_update("a", 9.0), 1, now=0)

@@ -286,6 +286,13 @@ def _timed(
         yield item
 
 
+def _publish(client: pulsar.Client, topic: str, documents: Sequence[dict]) -> None:
+    producer = client.create_producer(topic)
+    for document in documents:
+        producer.send(dumps(document))
+    producer.close()
+
+
 def test_an_incidents_verdicts_are_posted_as_one_message_after_the_group_wait(
     each_broker: BrokerHandle,
     client: pulsar.Client,
@@ -295,15 +302,13 @@ def test_an_incidents_verdicts_are_posted_as_one_message_after_the_group_wait(
     topic = unique_topic("verdicts")
     webhook = webhook_factory({})
     stream = IncidentStream()
-    producer = client.create_producer(topic)
     documents = [
         stream.change(joined=["a"]),
         stream.change(joined=["b"]),
         verdict("counter_regression.detected"),
         stream.change(joined=["c", "d"]),
     ]
-    for document in documents:
-        producer.send(dumps(document))
+    _publish(client, topic, documents)
     consumer = _subscribe(client, topic, "hooks")
     received = [consumer.receive(timeout_millis=10_000) for _ in documents]
     now = [0.0]
@@ -343,9 +348,7 @@ def test_a_forwarder_stopped_while_holding_a_group_gets_its_verdicts_again(
     topic = unique_topic("verdicts")
     webhook = webhook_factory({})
     stream = IncidentStream()
-    producer = client.create_producer(topic)
-    for document in (stream.change(joined=["a"]), stream.change(joined=["b"])):
-        producer.send(dumps(document))
+    _publish(client, topic, [stream.change(joined=["a"]), stream.change(joined=["b"])])
     consumer = _subscribe(client, topic, "hooks")
     dead_letter = client.create_producer(unique_topic("dlq"))
 
@@ -389,9 +392,7 @@ def test_group_wait_zero_posts_each_alert_as_it_comes(
     topic = unique_topic("verdicts")
     webhook = webhook_factory({})
     stream = IncidentStream()
-    producer = client.create_producer(topic)
-    for joined in (["a"], ["b"], ["c"], ["d"]):
-        producer.send(dumps(stream.change(joined=joined)))
+    _publish(client, topic, [stream.change(joined=[finding]) for finding in "abcd"])
     command = ["forward", "--webhook", webhook.url, "--pulsar-url", each_broker.service_url]
     command += ["--verdicts-topic", topic, "--from-earliest", "--payload", "raw"]
 

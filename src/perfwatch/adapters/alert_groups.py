@@ -84,6 +84,9 @@ class AlertGroups(Generic[Held]):
                 group = _Group(verdict, known)
                 self._remember(incident_id, group)
             group.latest = verdict
+            for finding_id in listed(incident, "joined"):
+                # (re)joined with its current evidence: older updates no longer apply
+                group.evidence.pop(str(finding_id), None)
         else:
             finding = block(verdict, "finding")
             found = self._groups.get(str(finding.get("incident", "")))
@@ -170,7 +173,6 @@ def is_news(posted: int, now: int) -> bool:
 def _known_before(incident: Mapping[str, Any]) -> set[str]:
     """The members an update's incident had before it: what a forwarder that has
     not seen the incident takes as posted (by the forwarder before a restart)."""
-
     joined = {str(item) for item in listed(incident, "joined")}
     left = {str(item) for item in listed(incident, "left")}
     return (_member_ids(listed(incident, "members")) - joined) | left

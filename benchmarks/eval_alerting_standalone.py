@@ -66,6 +66,18 @@ def report(name: str, workload: Workload, result: Outcome) -> None:
     for change in result.missed:
         steps = ", ".join(f"{k[0]} {k[1]} {100 * (f - 1):+.1f}%" for k, f in change.steps.items())
         print(f"    missed: {change.what} at run {change.run} ({steps})")
+    for change, posts in zip(workload.changes, result.posts_of, strict=True):
+        if len(change.steps) > 1 and len(posts) == 1:
+            said = _what(posts[0])
+            print(f"    {change.what} at run {change.run}, {len(change.steps)} series: {said}")
+    caught = [
+        abs(factor - 1)
+        for change, posts in zip(workload.changes, result.posts_of, strict=True)
+        if posts
+        for factor in change.steps.values()
+    ]
+    if caught:
+        print(f"  smallest step caught: {100 * min(caught):.1f} %")
     print(f"  messages about noise-only series: {result.noise}")
     print(f"  messages about changed series away from their change: {result.elsewhere}")
 

@@ -293,15 +293,20 @@ def _publish(client: pulsar.Client, topic: str, documents: Sequence[dict]) -> No
     producer.close()
 
 
+@pytest.fixture
+def incident_feed(
+    unique_topic: Callable[[str], str], webhook_factory: Callable
+) -> tuple[str, Webhook, IncidentStream]:
+    """A verdicts topic, a webhook accepting everything, and an incident to publish."""
+    return unique_topic("verdicts"), webhook_factory({}), IncidentStream()
+
+
 def test_an_incidents_verdicts_are_posted_as_one_message_after_the_group_wait(
-    each_broker: BrokerHandle,
     client: pulsar.Client,
     unique_topic: Callable[[str], str],
-    webhook_factory: Callable,
+    incident_feed: tuple[str, Webhook, IncidentStream],
 ) -> None:
-    topic = unique_topic("verdicts")
-    webhook = webhook_factory({})
-    stream = IncidentStream()
+    topic, webhook, stream = incident_feed
     documents = [
         stream.change(joined=["a"]),
         stream.change(joined=["b"]),
@@ -340,14 +345,11 @@ def test_an_incidents_verdicts_are_posted_as_one_message_after_the_group_wait(
 
 
 def test_a_forwarder_stopped_while_holding_a_group_gets_its_verdicts_again(
-    each_broker: BrokerHandle,
     client: pulsar.Client,
     unique_topic: Callable[[str], str],
-    webhook_factory: Callable,
+    incident_feed: tuple[str, Webhook, IncidentStream],
 ) -> None:
-    topic = unique_topic("verdicts")
-    webhook = webhook_factory({})
-    stream = IncidentStream()
+    topic, webhook, stream = incident_feed
     _publish(client, topic, [stream.change(joined=["a"]), stream.change(joined=["b"])])
     consumer = _subscribe(client, topic, "hooks")
     dead_letter = client.create_producer(unique_topic("dlq"))
@@ -383,15 +385,12 @@ def test_a_forwarder_stopped_while_holding_a_group_gets_its_verdicts_again(
 def test_group_wait_zero_posts_each_alert_as_it_comes(
     each_broker: BrokerHandle,
     client: pulsar.Client,
-    unique_topic: Callable[[str], str],
-    webhook_factory: Callable,
+    incident_feed: tuple[str, Webhook, IncidentStream],
     group_wait: str,
     sizes: list[int],
 ) -> None:
     """With the default wait, the input ending (--idle-timeout) posts the group at once."""
-    topic = unique_topic("verdicts")
-    webhook = webhook_factory({})
-    stream = IncidentStream()
+    topic, webhook, stream = incident_feed
     _publish(client, topic, [stream.change(joined=[finding]) for finding in "abcd"])
     command = ["forward", "--webhook", webhook.url, "--pulsar-url", each_broker.service_url]
     command += ["--verdicts-topic", topic, "--from-earliest", "--payload", "raw"]

@@ -652,8 +652,9 @@ class CounterRegressionCheck(BaseEstimator):
         self._baseline = dict(zip(modelled, blocks[:, columns].T, strict=True))
         self._baseline_observed = dict(zip(modelled, np.vstack(observed).T, strict=True))
         self.baseline_spread_ = dict(zip(modelled, self._spread(observed), strict=True))
-        magnitude = np.abs(samples[:, columns])
-        below = np.median(magnitude, axis=0) < self.error_floor * magnitude.mean(axis=0)
+        # one counter per row: the median's partition then runs along contiguous memory
+        magnitude = np.abs(samples[:, columns].T)
+        below = np.median(magnitude, axis=1) < self.error_floor * magnitude.mean(axis=1)
         self.usually_zero_ = {modelled[i] for i in np.flatnonzero(below)}
         edges = np.cumsum([0] + [run.values.shape[0] for run in runs])
         self._run_slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(edges)]

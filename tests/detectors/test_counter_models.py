@@ -172,7 +172,7 @@ def straightforward_model(
     return error, usual, test.z, test.pvalue
 
 
-@pytest.mark.parametrize(("seed", "runs"), [(1, 4), (2, 5), (3, 3)])
+@pytest.mark.parametrize(("seed", "runs"), [(1, 4), (2, 5), (3, 3), (4, 4), (5, 6)])
 def test_every_models_leave_one_run_out_scores_equal_separate_fits(seed: int, runs: int) -> None:
     """Every candidate's z (full model and the model without its strongest predictor), and
     the chosen model's error, usual error and p-value, from one least-squares fit per
@@ -200,22 +200,25 @@ def test_every_models_leave_one_run_out_scores_equal_separate_fits(seed: int, ru
             dependent = column[name]
             others = [m for m in members if m != dependent]
             floor = check.error_floor * float(np.mean(np.abs(fitted[:, dependent])))
-            variants = [others]
+            variants, left_out = [others], [None]
             if len(others) >= 2:
                 # the strongest predictor by standardized coefficient, all blocks fitted
                 design = np.column_stack([np.ones(fitted.shape[0]), fitted[:, others]])
                 beta = np.linalg.lstsq(design, fitted[:, dependent], rcond=None)[0][1:]
                 strongest = others[int(np.argmax(np.abs(beta * scale[others])))]
                 variants.append([m for m in others if m != strongest])
+                left_out.append(check.names_[strongest])
             scores = [
                 straightforward_model(
                     fitted, observed, slices, target_blocks, dependent, v, floor, trim
                 )
                 for v in variants
             ]
-            best = max(scores, key=lambda s: s[2])
+            chosen = max(range(len(scores)), key=lambda v: scores[v][2])
+            best = scores[chosen]
             assert z == pytest.approx(best[2], **TOLERANCE)
             if name == cluster.dependent:
+                assert cluster.left_out == left_out[chosen]
                 assert cluster.error == pytest.approx(best[0], **TOLERANCE)
                 assert cluster.good_run_error == pytest.approx(best[1], **TOLERANCE)
                 assert cluster.z == pytest.approx(best[2], **TOLERANCE)

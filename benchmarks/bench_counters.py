@@ -12,11 +12,16 @@ OPENBLAS_NUM_THREADS=1 to keep BLAS threads from spinning on a busy machine. Pri
 the time of each phase, the time to read the runs' perfmon files, the process's peak
 resident memory, and where the time goes by step (filtering, redundancy removal,
 clustering, model fits, prediction and errors, the KS statistics), from a profile of the
-same work. The data: counters in groups driven by shared latent
-factors (one group per ten counters), some nearly copies of another, some noisy.
+same work; the rest is the check's bookkeeping. The data: counters in groups driven by
+shared latent factors (one group per ten counters), some nearly copies of another, some
+noisy.
 
 References, measured in the same run:
 
+- with ``--reference SRC``: the same work by the perfwatch whose sources are under SRC
+  (another checkout, e.g. ``git worktree add /tmp/perfwatch-main main``, SRC =
+  ``/tmp/perfwatch-main/src``), in a process of its own, and the largest relative
+  difference between its results and these (the calibration's errors, both checks' JSON);
 - calibration as separate fits, one per left-out run, each preparing (steady state,
   blocks) its runs again: what the shared preparation saves;
 - the paper's steps read literally (``CounterRegressionCheck.seed_literal()``: sample
@@ -32,14 +37,19 @@ from __future__ import annotations
 import argparse
 import cProfile
 import math
+import os
 import pstats
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import orjson
 import statsmodels.api as sm
 from sklearn.base import clone
 
@@ -93,16 +103,15 @@ def literal_redundancy(values: np.ndarray, threshold: float) -> list[int]:
     return removed
 
 
-# step -> functions whose cumulative profiled time it is: functions of perfwatch's counter
-# modules by name; "numpy.pinv": the inverse Gram matrices all of a cluster's models come
-# from, "statsmodels.fit": the OLS of the model each cluster reports
+# step -> functions whose cumulative profiled time it is (none calls another's): functions
+# of perfwatch's counter modules by name; "statsmodels.fit": the OLS each cluster reports
 STEPS = {
     "filtering (missing, steady state, constant, run identities)": [
         "_drop_mostly_missing",
         "_prepare_run",
         "_drop_run_identities",
     ],
-    "redundancy removal (identities, redundancy analysis)": [
+    "redundancy removal (correlations, identities, redundancy analysis)": [
         "_collapse_identities",
         "_remove_redundant",
     ],
@@ -111,28 +120,38 @@ STEPS = {
         "merge_singletons",
         "_attach",
     ],
-    "model fits (inverse Gram matrices, the reported OLS)": [
-        "numpy.pinv",
-        "_design",
-        "statsmodels.fit",
+    "robust fits (outlier blocks screened per cluster)": ["_typical_rows"],
+    "per-model fits, every run left out (stacked inverse Gram matrices)": ["_leave_one_run_out"],
+    "per-model predictions (all candidates, full and decoupled)": ["predict"],
+    "block errors and their statistics (trimmed mean, variance)": [
+        "percentage_error_blocks",
+        "error_statistics",
     ],
-    "prediction and errors": ["predict", "errors"],
+    "decision rule (tests per model and good run, tail, correction)": [
+        "excess_error_tests",
+        "_usual_errors",
+        "tail_inflation",
+        "deflate",
+        "familywise",
+    ],
+    "reported model (OLS of each cluster's dependent)": ["_design", "statsmodels.fit"],
     "KS statistics (baseline spread, dependent's KS)": ["_spread", "ks_2samp"],
 }
 
 
 def run_check(
     baseline: list[CounterSamples], target: CounterSamples, check: CounterRegressionCheck
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Calibrate on the baseline, fit it and check the target: CPU seconds per phase,
-    and the wall time of all three."""
+    the wall time of all three, and what they found ("result": the calibration's
+    errors, the check's and an uncalibrated p-value check's JSON)."""
     wall = time.perf_counter()
     started = time.process_time()
     check.calibrate(baseline)
     calibrated = time.process_time()
     check.fit(baseline)
     fitted = time.process_time()
-    check.check(target)
+    result = check.check(target)
     done = time.process_time()
     return {
         "calibrate": calibrated - started,
@@ -140,7 +159,46 @@ def run_check(
         "check": done - fitted,
         "total": done - started,
         "wall": time.perf_counter() - wall,
+        "result": {
+            "calibration": check.calibration_["largest_excess_errors"],
+            "check": result.to_dict(),
+            "pvalue": clone(check).fit(baseline).check(target).to_dict(),
+        },
     }
+
+
+def largest_difference(ours: object, theirs: object, where: str = "") -> tuple[float, str]:
+    """The largest relative difference between two JSON documents' numbers, and where;
+    (inf, where) at the first difference of anything else."""
+    if isinstance(ours, dict) and isinstance(theirs, dict) and ours.keys() == theirs.keys():
+        pairs = [(ours[k], theirs[k], f"{where}/{k}") for k in ours]
+    elif isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        pairs = [(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(ours, theirs, strict=True))]
+    elif isinstance(ours, float) and isinstance(theirs, float):
+        return abs(ours - theirs) / max(abs(ours), abs(theirs), 1e-300), where
+    else:
+        return (0.0, where) if ours == theirs else (math.inf, where)
+    return max((largest_difference(a, b, w) for a, b, w in pairs), default=(0.0, where))
+
+
+def reference(source: Path, count: int, observations: int, runs: int) -> dict[str, Any]:
+    """``run_check`` with default parameters by the perfwatch under ``source`` (the
+    ``src`` directory of another checkout), in a process of its own."""
+    with tempfile.TemporaryDirectory() as directory:
+        output = Path(directory) / "reference.json"
+        command = [sys.executable, __file__, "--counters", str(count)]
+        command += ["--observations", str(observations), "--runs", str(runs)]
+        subprocess.run(
+            [*command, "--phases-to", str(output)],
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(source)},
+        )
+        return orjson.loads(output.read_bytes())
+
+
+def data(count: int, observations: int, runs: int) -> tuple[list[CounterSamples], CounterSamples]:
+    baseline = [counters(seed, count, observations) for seed in range(1, runs + 1)]
+    return baseline, counters(runs + 1, count, observations)
 
 
 def separate_fits(baseline: list[CounterSamples], check: CounterRegressionCheck) -> float:
@@ -200,9 +258,8 @@ def reading(samples: CounterSamples) -> tuple[float, float]:
         return fast, timed(careful)
 
 
-def measure(count: int, observations: int, runs: int) -> None:
-    baseline = [counters(seed, count, observations) for seed in range(1, runs + 1)]
-    target = counters(runs + 1, count, observations)
+def measure(count: int, observations: int, runs: int, previous: Path | None) -> None:
+    baseline, target = data(count, observations, runs)
     read_s, careful_s = reading(target)
     ours = run_check(baseline, target, CounterRegressionCheck())
     separate = separate_fits(baseline, CounterRegressionCheck())
@@ -234,10 +291,22 @@ def measure(count: int, observations: int, runs: int) -> None:
         f"{(runs + 1) * read_s:.2f} s); every cell through the careful parser "
         f"{careful_s:.2f} s ({careful_s / read_s:.1f}x the reader)"
     )
+    if previous is not None:
+        theirs = reference(previous, count, observations, runs)
+        difference, where = largest_difference(ours["result"], theirs["result"])
+        print(
+            f"  the implementation under {previous}, same work: calibrate "
+            f"{theirs['calibrate']:.2f} s, fit {theirs['fit']:.2f} s, check "
+            f"{theirs['check']:.2f} s: total {theirs['total']:.2f} CPU s (this one "
+            f"{theirs['total'] / ours['total']:.2f}x faster); largest relative difference "
+            f"in any reported number {difference:.1e} ({where or 'none'})"
+        )
     whole = steps.pop("whole")
     print(f"  by step (profiled, {whole:.2f} CPU s under the profiler):")
     for step, seconds in steps.items():
-        print(f"    {step:<62} {seconds:>7.2f} s {100 * seconds / whole:>5.1f}%")
+        print(f"    {step:<68} {seconds:>7.2f} s {100 * seconds / whole:>5.1f}%")
+    covered = sum(steps.values())
+    print(f"    {'the rest':<68} {whole - covered:>7.2f} s {100 - 100 * covered / whole:>5.1f}%")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -251,9 +320,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=40,
         help="size of the literal redundancy analysis measured for reference (slow)",
     )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        help="the src directory of another perfwatch checkout (git worktree add "
+        "/tmp/perfwatch-main main: /tmp/perfwatch-main/src) to time and compare in the same run",
+    )
+    parser.add_argument("--phases-to", type=Path, help=argparse.SUPPRESS)  # the reference's run
     args = parser.parse_args(argv)
+    if args.phases_to is not None:
+        baseline, target = data(args.counters[0], args.observations, args.runs)
+        phases = run_check(baseline, target, CounterRegressionCheck())
+        args.phases_to.write_bytes(orjson.dumps(phases))
+        return 0
     for count in args.counters:
-        measure(count, args.observations, args.runs)
+        measure(count, args.observations, args.runs, args.reference)
     resident = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\nprocess peak resident memory: {resident:.0f} MB")
 

@@ -44,15 +44,24 @@ def fresh_postgres_schema() -> Iterator[str]:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"{POSTGRES_URL_ENV} must be set in CI (scripts/start-postgres.sh)")
         pytest.skip(f"{POSTGRES_URL_ENV} is not set")
+    with postgres_schema(base_url) as url:
+        yield url
+
+
+@contextmanager
+def postgres_schema(base_url: str, prefix: str = "t") -> Iterator[str]:
+    """A URL into a new schema of the server at `base_url`, dropped afterwards."""
     import psycopg
 
-    schema = f"t_{uuid.uuid4().hex[:12]}"
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(base_url, autocommit=True) as connection:
         connection.execute(f"CREATE SCHEMA {schema}")
     separator = "&" if "?" in base_url else "?"
-    yield f"{base_url}{separator}options=-csearch_path%3D{schema}"
-    with psycopg.connect(base_url, autocommit=True) as connection:
-        connection.execute(f"DROP SCHEMA {schema} CASCADE")
+    try:
+        yield f"{base_url}{separator}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(base_url, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def record_bytes(test: str, run: int, metrics: dict[str, float], branch: str = "main") -> bytes:

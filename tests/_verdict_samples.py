@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,6 +11,7 @@ import orjson
 
 from perfwatch.contract.models import ChangePointEvidence, SeriesRef, Verdict
 from perfwatch.contract.validation import validate_verdict
+from perfwatch.contract.verdicts import Incident, incident_id, incident_verdict
 
 EMITTED_AT = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 COMMIT = "abc1234def5678900000000000000000000000000"
@@ -66,4 +68,50 @@ def verdict(
         **blocks,
     ).to_json()
     assert validate_verdict(document) == [], document
+    return document
+
+
+INCIDENT_COMMIT = "0a17fb48"
+
+
+class IncidentStream:
+    """One commit's incident as the processor publishes it: a verdict per change of members."""
+
+    def __init__(self, commit: str = INCIDENT_COMMIT) -> None:
+        self.incident = Incident(commit, {})
+
+    def change(
+        self, joined: Sequence[str] = (), left: Sequence[str] = (), change: float = 5.0
+    ) -> dict[str, Any]:
+        opened = not self.incident.members
+        for finding in left:
+            self.incident.members.pop(finding)
+        for finding in joined:
+            series = SeriesRef(f"svc/{finding}", "p99_ms", {"branch": "main"})
+            self.incident.members[finding] = Incident.member(
+                series, finding, evidence(change=change)
+            )
+        cause = SeriesRef(f"svc/{(list(joined) + list(left))[0]}", "p99_ms", {})
+        return incident_verdict(
+            self.incident,
+            opened=opened,
+            joined=list(joined),
+            left=list(left),
+            series=cause,
+            record_run_id="nightly-074",
+            emitted_at=EMITTED_AT,
+        ).to_json()
+
+
+def member_update(finding: str, change: float, commit: str = INCIDENT_COMMIT) -> dict[str, Any]:
+    """A member's confirmed finding whose size changed: an alert of its own without groups."""
+    document = verdict("change_point.updated", test=f"svc/{finding}", change=change)
+    document["finding"] = {
+        "id": finding,
+        "state": "confirmed",
+        "confirmed": True,
+        "stable_runs": 9,
+        "changed": ["size"],
+        "incident": incident_id(commit),
+    }
     return document

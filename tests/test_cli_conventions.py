@@ -53,12 +53,10 @@ def _invoke(*args: str) -> click.testing.Result:
     return CliRunner().invoke(main, list(args))
 
 
-def _run(*args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
-    began = time.monotonic()
-    completed = subprocess.run(
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [*PERFWATCH, *args], capture_output=True, text=True, timeout=timeout, check=False
     )
-    return completed, time.monotonic() - began
 
 
 @pytest.fixture
@@ -173,27 +171,30 @@ def test_unreachable_broker_is_exit_status_3_naming_the_url(
         arg.replace("{records}", str(record_file)).replace("{tmp}", str(tmp_path))
         for arg in BROKER_COMMANDS[command]
     ]
-    completed, elapsed = _run(*args, "--pulsar-url", CLOSED_PORT_URL, "--connect-timeout", "2")
+    completed = _run(*args, "--pulsar-url", CLOSED_PORT_URL, "--connect-timeout", "2")
     assert completed.returncode == 3, completed.stderr
     line = _error_line(completed.stderr, command)
     assert CLOSED_PORT_URL in line and "check that the broker runs" in line
-    assert elapsed < 15
+    # The wait is the one asked for (wall-clock bounds would measure the machine's load).
+    assert "no answer within 2 s" in line
     # The client's own log lines go to stderr, never among the command's output.
     assert completed.stdout == ""
 
 
 def test_unreachable_broker_gives_up_within_the_default_10_s(record_file: Path) -> None:
-    completed, elapsed = _run("publish", str(record_file), "--pulsar-url", CLOSED_PORT_URL)
+    began = time.monotonic()
+    completed = _run("publish", str(record_file), "--pulsar-url", CLOSED_PORT_URL)
+    elapsed = time.monotonic() - began
     assert completed.returncode == 3, completed.stderr
-    assert CLOSED_PORT_URL in _error_line(completed.stderr, "publish")
-    assert 9 < elapsed < 15
+    assert "no answer within 10 s" in _error_line(completed.stderr, "publish")
+    assert elapsed > 9  # it did wait (a busy machine only makes it longer)
     assert completed.stdout == ""
     assert "Connection refused" in completed.stderr  # the client's log, on stderr
 
 
 def test_profile_publish_to_an_unreachable_broker(tmp_path: Path) -> None:
     (tmp_path / "test_tiny.py").write_text("def test_one():\n    assert sum(range(9)) == 36\n")
-    completed, _elapsed = _run(
+    completed = _run(
         *("profile", "--publish", "--repeats", "1", "--warmup", "0"),
         *("--pulsar-url", CLOSED_PORT_URL, "--connect-timeout", "2"),
         *("-o", str(tmp_path / "inputs.json"), "--", str(tmp_path / "test_tiny.py"), "-q"),
@@ -206,8 +207,8 @@ def test_profile_publish_to_an_unreachable_broker(tmp_path: Path) -> None:
 
 def test_client_log_level_is_the_users_choice(record_file: Path) -> None:
     unreachable = ("publish", str(record_file), "--pulsar-url", CLOSED_PORT_URL)
-    default, _ = _run(*unreachable, "--connect-timeout", "1")
-    chosen, _ = _run(*unreachable, "--connect-timeout", "1", "--pulsar-log-level", "debug")
+    default = _run(*unreachable, "--connect-timeout", "1")
+    chosen = _run(*unreachable, "--connect-timeout", "1", "--pulsar-log-level", "debug")
     assert default.returncode == chosen.returncode == 3
     assert " ERROR [" in default.stderr and " DEBUG [" not in default.stderr
     assert " DEBUG [" in chosen.stderr
@@ -238,12 +239,11 @@ def _config(directory: Path, broker_section: str) -> Path:
 
 def test_connect_timeout_comes_from_the_config_file(record_file: Path) -> None:
     config = _config(record_file.parent, "connect_timeout = 1.5")
-    completed, elapsed = _run(
+    completed = _run(
         "publish", str(record_file), "--pulsar-url", CLOSED_PORT_URL, "--config", str(config)
     )
     assert completed.returncode == 3
     assert "no answer within 1.5 s" in completed.stderr
-    assert elapsed < 8
 
 
 def test_unreachable_postgresql_store_is_exit_status_3() -> None:
@@ -280,9 +280,10 @@ def test_ctrl_c_while_the_broker_does_not_answer(
     time.sleep(2.5)  # well into the connection attempts
     process.send_signal(signal.SIGINT)
     began = time.monotonic()
-    stdout, stderr = process.communicate(timeout=20)
+    stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
-    assert time.monotonic() - began < 5
+    # Well before the 60 s connect timeout: the signal ended the wait, not the timeout.
+    assert time.monotonic() - began < 30
     assert "Traceback" not in stderr
     assert stdout == ""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import orjson
@@ -13,8 +13,9 @@ import pulsar
 import pytest
 from click.testing import CliRunner
 
-from _verdict_samples import verdict
-from perfwatch.adapters.verdict_feed import summary_fields
+from _verdict_samples import INCIDENT_COMMIT, IncidentStream, verdict
+from perfwatch.adapters.alert_groups import AlertGroups
+from perfwatch.adapters.verdict_feed import VerdictFilter, summary_fields
 from perfwatch.adapters.webhook import (
     TemplateError,
     WebhookSender,
@@ -271,3 +272,135 @@ def test_verdict_stays_unacknowledged_when_it_cannot_be_dead_lettered(
 
     redelivered = _subscribe(client, topic, "hooks").receive(timeout_millis=10_000)
     assert redelivered.data() == payload
+
+
+# --- grouping (time passed in by the test) ---------------------------------------------
+
+
+def _timed(
+    now: list[float], items: Sequence[tuple[float, pulsar.Message | None]]
+) -> Iterator[pulsar.Message | None]:
+    """The items, setting the clock `now[0]` to each one's time as it comes."""
+    for at, item in items:
+        now[0] = at
+        yield item
+
+
+def _publish(client: pulsar.Client, topic: str, documents: Sequence[dict]) -> None:
+    producer = client.create_producer(topic)
+    for document in documents:
+        producer.send(dumps(document))
+    producer.close()
+
+
+@pytest.fixture
+def incident_feed(
+    unique_topic: Callable[[str], str], webhook_factory: Callable
+) -> tuple[str, Webhook, IncidentStream]:
+    """A verdicts topic, a webhook accepting everything, and an incident to publish."""
+    return unique_topic("verdicts"), webhook_factory({}), IncidentStream()
+
+
+def test_an_incidents_verdicts_are_posted_as_one_message_after_the_group_wait(
+    client: pulsar.Client,
+    unique_topic: Callable[[str], str],
+    incident_feed: tuple[str, Webhook, IncidentStream],
+) -> None:
+    topic, webhook, stream = incident_feed
+    documents = [
+        stream.change(joined=["a"]),
+        stream.change(joined=["b"]),
+        verdict("counter_regression.detected"),
+        stream.change(joined=["c", "d"]),
+    ]
+    _publish(client, topic, documents)
+    consumer = _subscribe(client, topic, "hooks")
+    received = [consumer.receive(timeout_millis=10_000) for _ in documents]
+    now = [0.0]
+    arrivals: list[tuple[float, pulsar.Message | None]] = list(
+        zip((0, 10, 20, 25), received, strict=True)
+    )
+
+    stats = forward_verdicts(
+        _timed(now, [*arrivals, (29.9, None), (30, None)]),
+        consumer,
+        _sender(webhook.url, []),
+        client.create_producer(unique_topic("dlq")),
+        verdict_filter=VerdictFilter(alerts_only=True),
+        groups=AlertGroups(wait_s=30, interval_s=300),
+        clock=lambda: now[0],
+    )
+
+    texts = [orjson.loads(body)["text"] for body in webhook.accepted]
+    assert texts == [
+        summary_fields(documents[2])["summary"],
+        f"INCIDENT (commit {INCIDENT_COMMIT}: 4 series: REGRESSION svc/a p99_ms +5.0%, "
+        "REGRESSION svc/b p99_ms +5.0%, REGRESSION svc/c p99_ms +5.0%, "
+        "REGRESSION svc/d p99_ms +5.0%)",
+    ]
+    assert (stats.delivered, stats.grouped, stats.skipped) == (2, 3, 0)
+    consumer.close()
+    with pytest.raises(pulsar.Timeout):  # all acknowledged
+        _subscribe(client, topic, "hooks").receive(timeout_millis=1500)
+
+
+def test_a_forwarder_stopped_while_holding_a_group_gets_its_verdicts_again(
+    client: pulsar.Client,
+    unique_topic: Callable[[str], str],
+    incident_feed: tuple[str, Webhook, IncidentStream],
+) -> None:
+    topic, webhook, stream = incident_feed
+    _publish(client, topic, [stream.change(joined=["a"]), stream.change(joined=["b"])])
+    consumer = _subscribe(client, topic, "hooks")
+    dead_letter = client.create_producer(unique_topic("dlq"))
+
+    def stopped() -> Iterator[pulsar.Message | None]:
+        yield consumer.receive(timeout_millis=10_000)
+        yield consumer.receive(timeout_millis=10_000)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        forward_verdicts(
+            stopped(),
+            consumer,
+            _sender(webhook.url, []),
+            dead_letter,
+            groups=AlertGroups(wait_s=30),
+            clock=lambda: 0.0,
+        )
+    consumer.close()
+    assert webhook.requests == []
+
+    again = _subscribe(client, topic, "hooks")
+    redelivered = [again.receive(timeout_millis=10_000) for _ in range(2)]
+    stats = forward_verdicts(
+        redelivered, again, _sender(webhook.url, []), dead_letter, groups=AlertGroups(wait_s=30)
+    )
+    assert stats.delivered == 1
+    [body] = webhook.accepted
+    assert "2 series" in orjson.loads(body)["text"]
+
+
+@pytest.mark.parametrize(("group_wait", "sizes"), [("0", [1, 2, 4]), ("30", [4])])
+def test_group_wait_zero_posts_each_alert_as_it_comes(
+    each_broker: BrokerHandle,
+    client: pulsar.Client,
+    incident_feed: tuple[str, Webhook, IncidentStream],
+    group_wait: str,
+    sizes: list[int],
+) -> None:
+    """With the default wait, the input ending (--idle-timeout) posts the group at once."""
+    topic, webhook, stream = incident_feed
+    _publish(client, topic, [stream.change(joined=[finding]) for finding in "abcd"])
+    command = ["forward", "--webhook", webhook.url, "--pulsar-url", each_broker.service_url]
+    command += ["--verdicts-topic", topic, "--from-earliest", "--payload", "raw"]
+
+    result = CliRunner().invoke(
+        main, [*command, "--group-wait", group_wait, "--idle-timeout", "1.5"]
+    )
+
+    assert result.exit_code == 0, result.output
+    posted = [orjson.loads(body)["incident"]["members"] for body in webhook.accepted]
+    assert [len(members) for members in posted] == sizes
+    grouped = 0 if group_wait == "0" else 4
+    assert f"{grouped} grouped into incident messages" in result.stderr

@@ -16,15 +16,18 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
+from perfwatch.cli.main import main
 from perfwatch.config import Config
 from perfwatch.contract.codec import dumps
 from perfwatch.contract.models import (
     ChangePointEvidence,
     InputProfile,
+    Inputs,
     MetricValue,
     Record,
     SeriesRef,
@@ -36,10 +39,17 @@ from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.analysis import ChangePointAnalysis, episodes, status_of
 from perfwatch.dashboard.app import DashboardSettings, create_app, plotly_js_path
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
-from perfwatch.detectors.inputs import InputClustering, RunOrSkipRecommender, input_table
+from perfwatch.detectors.inputs import (
+    InputClustering,
+    RunOrSkipRecommender,
+    input_table,
+    sample_inputs,
+)
 from perfwatch.processor.changepoints import ChangePointHandler
 from perfwatch.processor.handlers import RecordHandler, baseline_key
 from perfwatch.processor.metric_info import MetricInfoHandler
+from perfwatch.processor.recommendations import InputsHandler
+from perfwatch.readers.input_profile import InputProfileFile, write_input_profile
 from perfwatch.state import Point, SeriesKey, StateStore, open_store
 
 T0 = datetime(2024, 3, 1, 2, 0, tzinfo=UTC)
@@ -796,3 +806,202 @@ def test_dashboard_command_joins_brokers_but_does_not_start_them(tmp_path: Path)
     result = CliRunner().invoke(main, ["dashboard", "--store", store, "--pulsar-url", "standalone"])
     assert result.exit_code == 2
     assert "does not start one" in result.output
+
+
+# --- run-or-skip: the sample's old and new times ------------------------------------------------
+
+SAMPLE_TEST = "suite.sample"
+ROUNDS, PASSES = 5, 3  # `perfwatch profile --old-dir`: alternating rounds, passes per round
+
+
+def timed(profile: InputProfile, factor: float, rng: np.random.Generator) -> InputProfile:
+    """The input profiled again, its time scaled by `factor`, every pass kept (right-skewed
+    noise: a busy machine only ever slows a pass down)."""
+    passes = profile.cpu_time_s * factor * (1 + rng.exponential(0.02, ROUNDS * PASSES))
+    return replace(
+        profile,
+        cpu_time_s=float(passes.min()),
+        wall_time_s=float(passes.min()) * 1.05,
+        cpu_times_s=passes.tolist(),
+        wall_times_s=(passes * 1.05).tolist(),
+        timing_rounds=ROUNDS,
+    )
+
+
+def inputs_record(run_id: str, inputs: Inputs, day: int) -> Record:
+    return Record(
+        test=SAMPLE_TEST,
+        run_id=run_id,
+        timestamp=T0 + timedelta(days=day),
+        metrics={},
+        commit=f"c-{run_id}",
+        inputs=inputs,
+    )
+
+
+def stream_through_handler(store: StateStore, record: Record) -> None:
+    """One record through the processor's run-or-skip handler, as the processor commits it."""
+    handler = InputsHandler(Config())
+    with store.transaction() as tx:
+        for verdict in handler.handle(record, tx, T0 + timedelta(days=400)):
+            tx.add_verdict(verdict.verdict_id, verdict.kind, dumps(verdict), "test", record.test)
+
+
+@pytest.fixture(scope="module")
+def judged_sample(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """A suite streamed as the baseline and an update sample whose large inputs got 30% slower
+    (old code profiled beside it), and `perfwatch recommend --format json` on the same files."""
+    rng = np.random.default_rng(11)
+    suite = input_suite()
+    clustering = InputClustering().fit(*input_table(suite))
+    chosen = sample_inputs(clustering, per_cluster=3, seed=0)
+    by_id = {p.input_id: p for p in suite}
+    sample = [by_id[i] for members in chosen.values() for i in members]
+    reference = [timed(p, 1.0, rng) for p in sample]
+    update = [timed(p, 1.3 if p.input_id.startswith("large") else 1.0, rng) for p in sample]
+    directory = tmp_path_factory.mktemp("sample")
+    files = {}
+    for name, kind, profiles in (
+        ("baseline", "full_suite", suite),
+        ("update", "update_sample", update),
+        ("reference", "update_sample", reference),
+    ):
+        files[name] = directory / f"{name}.json"
+        write_input_profile(files[name], InputProfileFile.create(kind=kind, profiles=profiles))
+    result = CliRunner().invoke(
+        main,
+        ["recommend", "--baseline", str(files["baseline"]), "--update", str(files["update"]),
+         "--reference", str(files["reference"]), "--format", "json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    with open_store(f"sqlite:///{directory / 'state.db'}") as store:
+        stream_through_handler(store, inputs_record("full-1", Inputs("full_suite", suite), 1))
+        sample_inputs_block = Inputs("update_sample", update, reference)
+        stream_through_handler(store, inputs_record("update-1", sample_inputs_block, 2))
+        app = create_app(DashboardSettings(store_url=store.url))
+        with TestClient(app) as http:
+            body = http.get("/api/inputs", params={"test": SAMPLE_TEST}).json()
+        yield {"cli": orjson.loads(result.output)["recommendation"], "api": body, "store": store}
+
+
+def traces(figure: dict, role: str) -> list[dict]:
+    return [t for t in figure["data"] if t.get("meta", {}).get("role") == role]
+
+
+def test_the_sample_view_shows_perfwatch_recommends_numbers(judged_sample: dict) -> None:
+    cli, body = judged_sample["cli"], judged_sample["api"]
+    assert body["selected"]["verdict"]["recommendation"]["summary"] == cli["summary"]
+    assert cli["decision"] == "run" and all(d.startswith("large") for d in cli["drivers"])
+    votes = {v["input_id"]: v for v in cli["votes"]}
+    shift = body["sample_figures"]["shift"]
+    plotted = {}
+    for trace in traces(shift, "sampled"):
+        for i, input_id in enumerate(trace["meta"]["inputs"]):
+            plotted[input_id] = (trace["meta"]["label"], trace["x"][i], trace["y"][i],
+                                 trace["meta"]["change"][i], trace["meta"]["change_low"][i],
+                                 trace["meta"]["change_high"][i])  # fmt: skip
+    assert plotted == {
+        input_id: (
+            vote["group"],
+            vote["numbers"]["previous_time_s"],
+            vote["numbers"]["time_s"],
+            100 * vote["change"]["estimate"],
+            100 * vote["change"]["low"],
+            100 * vote["change"]["high"],
+        )
+        for input_id, vote in votes.items()
+    }
+    assert all(v["numbers"]["previous_source"] == "reference" for v in votes.values())
+    baseline = {p.input_id: p.cpu_time_s for p in input_suite()}
+    assert {row["input_id"]: row["baseline_s"] for row in body["shifts"]["inputs"]} == {
+        input_id: baseline[input_id] for input_id in votes
+    }
+    (drivers,) = traces(shift, "drivers")
+    assert drivers["meta"]["inputs"] == cli["drivers"]
+    assert drivers["text"] == [votes[i]["label"] for i in cli["drivers"]]
+    assert shift["layout"]["xaxis"]["type"] == shift["layout"]["yaxis"]["type"] == "log"
+    assert shift["layout"]["xaxis"]["title"]["text"] == "old code: cpu_time_s, fastest pass (s)"
+    assert shift["layout"]["yaxis"]["title"]["text"] == "new code: cpu_time_s, fastest pass (s)"
+
+    forest = body["sample_figures"]["clusters"]
+    shown = {
+        t["meta"]["label"]: (t["x"][0], t["error_x"]["array"][0], t["error_x"]["arrayminus"][0])
+        for t in traces(forest, "cluster_change")
+    }
+    expected = {}
+    for c in cli["clusters"]:
+        estimate, low, high = (100 * c["change"][k] for k in ("estimate", "low", "high"))
+        expected[c["label"]] = (estimate, high - estimate, estimate - low)
+    assert shown.keys() == expected.keys()
+    for label, numbers in expected.items():
+        assert shown[label] == pytest.approx(numbers, rel=1e-12)
+    (ringed,) = traces(forest, "drivers")
+    assert sorted(ringed["meta"]["inputs"]) == sorted(cli["drivers"])
+    assert [c["decision"] for c in body["shifts"]["clusters"]] == [
+        c["decision"] for c in cli["clusters"]
+    ]
+
+
+def test_the_sample_chart_draws_no_change_and_the_acceptable_band_by_hand() -> None:
+    row = {"input_id": "a", "label": "C11", "cluster": 0, "decision": "run", "verdict": "slower",
+           "driver": True, "old_s": 0.02, "new_s": 0.03, "old_source": "reference",
+           "baseline_s": 0.019, "reason": "slower", "change": 0.5, "change_low": 0.4,
+           "change_high": 0.6, "change_method": "paired_rounds", "change_passes": 5}  # fmt: skip
+    shifts = {"rule": "paired", "time_attribute": "cpu_time_s", "acceptable_slowdown": 0.05,
+              "confidence": 0.95, "inputs": [row], "unplotted": [], "reason": None,
+              "drivers": ["a"],
+              "clusters": [{"label": 0, "name": "cluster 0", "decision": "run",
+                            "verdict": "slower", "judged": 1, "run_votes": 1, "inputs": ["a"],
+                            "change": 0.5, "change_low": 0.4, "change_high": 0.6}]}  # fmt: skip
+    shift = figures.shift_figure(shifts, {0: "#123456"})
+    (band,) = traces(shift, "acceptable_band")
+    (diagonal,) = traces(shift, "no_change")
+    # the band spans the times shown with margin: 0.02 / 1.5 to 0.03 * 1.5
+    assert band["x"] == pytest.approx([0.02 / 1.5, 0.045, 0.045, 0.02 / 1.5, 0.02 / 1.5])
+    assert band["y"] == pytest.approx(
+        [0.95 * 0.02 / 1.5, 0.95 * 0.045, 1.05 * 0.045, 1.05 * 0.02 / 1.5, 0.95 * 0.02 / 1.5]
+    )
+    assert diagonal["x"] == diagonal["y"]
+    (sampled,) = traces(shift, "sampled")
+    assert sampled["marker"]["color"] == "#123456"
+    assert sampled["marker"]["symbol"] == ["triangle-up"]
+    forest = figures.cluster_change_figure(shifts, {0: "#123456"})
+    (pooled,) = traces(forest, "cluster_change")
+    assert pooled["x"] == [50.0]
+    assert pooled["error_x"]["array"] == pytest.approx([10.0])
+    assert pooled["error_x"]["arrayminus"] == pytest.approx([10.0])
+    lines = sorted(shape["x0"] for shape in forest["layout"]["shapes"])
+    assert lines == pytest.approx([-5.0, 0.0, 2.5, 5.0])
+
+
+def test_empty_sample_charts_say_why(judged_sample: dict, tmp_path: Path) -> None:
+    colours: dict[int, str] = {}
+    assert figures.shift_figure(None, colours)["layout"]["meta"]["empty"] == (
+        "No run-or-skip recommendation to show"
+    )
+    store = judged_sample["store"]
+    (item,) = queries.recommendations(store, SAMPLE_TEST)
+    paper = replace(
+        Verdict.from_json(item["verdict"]),
+        verdict_id="1" * 32,
+        recommendation=RunOrSkipRecommender(rule="paper")
+        .recommend(
+            InputClustering().fit(*input_table(input_suite())),
+            input_suite(),
+            [input_profile("large-2", 51_800, 0.9, 502)],
+        )
+        .to_dict(),
+    )
+    shifts = queries.sample_shifts(paper.recommendation or {}, {})
+    assert [row["input_id"] for row in shifts["inputs"]] == ["large-2"]
+    assert shifts["inputs"][0]["old_source"] == "baseline"  # no reference profiled beside it
+    assert figures.shift_figure(shifts, colours)["data"]  # the paper's votes keep both times
+    assert figures.cluster_change_figure(shifts, colours)["layout"]["meta"]["empty"] == (
+        "The paper's rule computes no paired change: its votes compare times with thresholds"
+    )
+    with open_store(f"sqlite:///{tmp_path / 'state.db'}") as empty:
+        sample = Inputs("update_sample", [input_profile("small-1", 1040, 0.0104, 11)])
+        stream_through_handler(empty, inputs_record("update-1", sample, 1))
+        view = queries.inputs_view(empty, test=SAMPLE_TEST)
+        message = figures.shift_figure(view["shifts"], colours)["layout"]["meta"]["empty"]
+    assert message.startswith(f"Nothing judged: no baseline for test {SAMPLE_TEST!r}")

@@ -214,8 +214,14 @@ def pipeline(embedded_broker: BrokerHandle) -> Iterator[Pipeline]:
             running.close()
 
 
-def inputs_record(run: str, kind: str, profiles: list[Any], hour: int) -> dict[str, Any]:
-    """A record carrying per-input profiles: the full suite's, or an update's sample."""
+def inputs_record(
+    run: str, kind: str, profiles: list[Any], hour: int, reference: list[Any] | None = None
+) -> dict[str, Any]:
+    """A record carrying per-input profiles: the full suite's, or an update's sample (with
+    the old code's profiles of its inputs, measured beside it)."""
+    inputs: dict[str, Any] = {"kind": kind, "profiles": [p.to_json() for p in profiles]}
+    if reference is not None:
+        inputs["reference_profiles"] = [p.to_json() for p in reference]
     return {
         "schema": "perfwatch.record/v1",
         "test": INPUTS_TEST,
@@ -223,26 +229,27 @@ def inputs_record(run: str, kind: str, profiles: list[Any], hour: int) -> dict[s
         "branch": "main",
         "timestamp": datetime(2024, 7, 1, hour, 0, tzinfo=UTC).isoformat(),
         "metrics": {},
-        "inputs": {"kind": kind, "profiles": [p.to_json() for p in profiles]},
+        "inputs": inputs,
     }
 
 
 def publish_run_or_skip(running: Pipeline) -> None:
     """The suite's profiles become the test's baseline clustering; then an update's
-    sample (one large input much slower) gets the processor's recommendation."""
-    from test_dashboard import input_profile, input_suite
+    sample (one large input 30% slower, old and new code timed in alternating rounds)
+    gets the processor's recommendation."""
+    from test_dashboard import input_suite, timed
 
-    running.publish([inputs_record("full-1", "full_suite", input_suite(), 1)])
+    suite = {p.input_id: p for p in input_suite()}
+    running.publish([inputs_record("full-1", "full_suite", list(suite.values()), 1)])
     wait_until(
         lambda: queries.baseline_inputs(running.store, INPUTS_TEST, {"branch": "main"})[0],
         60,
         "the input baseline",
     )
-    sample = [
-        input_profile("large-2", 51_800, 0.9, 502),
-        input_profile("small-3", 1120, 0.0112, 13),
-    ]
-    running.publish([inputs_record("update-1", "update_sample", sample, 2)])
+    rng = np.random.default_rng(5)
+    sample = [timed(suite["large-2"], 1.3, rng), timed(suite["small-3"], 1.0, rng)]
+    reference = [timed(suite[p.input_id], 1.0, rng) for p in sample]
+    running.publish([inputs_record("update-1", "update_sample", sample, 2, reference)])
     wait_until(
         lambda: queries.recommendations(running.store, INPUTS_TEST), 60, "the recommendation"
     )
@@ -584,6 +591,51 @@ def test_run_or_skip_view_shows_clusters_and_votes(
     )
     assert sizes == sorted(p["size"] for p in view["profiles"])
     screenshot(page, "inputs")
+
+
+def test_run_or_skip_view_shows_the_sample_at_its_old_and_new_times(
+    page: Any, dashboard_url: str, pipeline: Pipeline
+) -> None:
+    load(page, f"{dashboard_url}/inputs")
+    (item,) = queries.recommendations(pipeline.store, INPUTS_TEST)
+    block = item["verdict"]["recommendation"]
+    votes = {v["input_id"]: v for v in block["votes"]}
+    assert block["decision"] == "run" and block["drivers"][0] == "large-2"
+    drawn = chart(page, "shift-chart")
+    points = {
+        input_id: (t["x"][i], t["y"][i])
+        for t in drawn["data"]
+        if t["meta"]["role"] == "sampled"
+        for i, input_id in enumerate(t["meta"]["inputs"])
+    }
+    assert points == {
+        i: (v["numbers"]["previous_time_s"], v["numbers"]["time_s"]) for i, v in votes.items()
+    }
+    assert drawn["layout"]["xaxis"]["type"] == drawn["layout"]["yaxis"]["type"] == "log"
+    assert drawn["layout"]["yaxis"]["title"]["text"].endswith("(s)")
+    (ringed,) = [t for t in drawn["data"] if t["meta"]["role"] == "drivers"]
+    assert ringed["meta"]["inputs"] == block["drivers"]
+    # the table's numbers are the verdict's, as `perfwatch recommend` prints them
+    rows = {r[0]: r for r in table(page, "#cluster-change-table")}
+    assert len(rows) == len(block["clusters"])
+    for cluster in block["clusters"]:
+        change = cluster["change"]
+        assert rows[cluster["name"]][1] == cluster["decision"]
+        if change is None:  # a cluster none of whose inputs was in the sample
+            assert rows[cluster["name"]][4:6] == ["", ""]
+            continue
+        assert rows[cluster["name"]][4] == f"{100 * change['estimate']:+.1f}%"
+        assert rows[cluster["name"]][5] == (
+            f"[{100 * change['low']:+.1f}%, {100 * change['high']:+.1f}%]"
+        )
+    slower = next(r for r in table(page, "#vote-table") if r[0] == "large-2")
+    assert slower[6] == f"{100 * votes['large-2']['change']['estimate']:+.1f}%"
+    forest = chart(page, "cluster-change-chart")
+    pooled = [t for t in forest["data"] if t["meta"]["role"] == "cluster_change"]
+    assert sorted(t["x"][0] for t in pooled) == sorted(
+        100 * c["change"]["estimate"] for c in block["clusters"] if c["change"] is not None
+    )
+    screenshot(page, "inputs-sample")
 
 
 def test_resources_view_shows_time_and_memory_per_test_over_commits(

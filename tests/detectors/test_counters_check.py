@@ -9,6 +9,7 @@ import numpy as np
 import orjson
 import pytest
 import statsmodels.api as sm
+from sklearn.base import clone
 
 from perfwatch.detectors.counter_steps import percentage_error
 from perfwatch.detectors.counters import (
@@ -23,6 +24,7 @@ from perfwatch.detectors.counters import (
     ZERO_VARIANCE,
     CounterRegressionCheck,
     CounterSamples,
+    PreparedRuns,
 )
 
 NAMES = ["cpu", "requests", "net", "disk", "log", "heap"]
@@ -350,6 +352,22 @@ def test_calibration_prepares_each_run_once_and_changes_nothing() -> None:
     fitted = check.fit(runs).check(run(27)).to_dict()
     fresh = CounterRegressionCheck(decision="threshold").fit(runs).check(run(27)).to_dict()
     assert fitted["clusters"] == fresh["clusters"] and fitted["removed"] == fresh["removed"]
+
+
+def test_prepared_runs_are_shared_only_between_equal_preparations() -> None:
+    """One ``PreparedRuns`` passed to several fits and checks prepares each run once per
+    set of counters and preparation parameters, and gives every check the result of a
+    fresh preparation, also when checks with another block size share it."""
+    runs = baseline(3)
+    target = run(27, cpu_per_request=1.2)
+    shared = PreparedRuns()
+    for block in (10, 5, 10):
+        check = CounterRegressionCheck(block=block)
+        reused = check.fit(runs, prepared_runs=shared).check(target, prepared_runs=shared)
+        fresh = clone(check).fit(runs).check(target)
+        assert reused.to_dict() == fresh.to_dict()
+    # three baseline runs and the target, for each of the two block sizes
+    assert len(shared) == 2 * 4
 
 
 def test_bad_use_is_reported() -> None:

@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import orjson
@@ -29,9 +30,11 @@ from _processor_support import (
 )
 from perfwatch.adapters.pulsar_admin import prepare_topics
 from perfwatch.config import Config, TopicsConfig
+from perfwatch.contract.models import Record, Verdict
+from perfwatch.processor.handlers import build_handlers
 from perfwatch.processor.loop import FIRST_BACKOFF_S, MAX_BACKOFF_S, Processor
 from perfwatch.processor.memory import MemoryDeadLetterSink, MemoryRecordTopic, MemoryVerdictSink
-from perfwatch.state import SeriesKey, StateStore, open_store
+from perfwatch.state import SeriesKey, StateStore, StoreTransaction, open_store
 
 TOPICS = {"records": "records", "verdicts": "verdicts", "dead_letter": "dead-letter"}
 BAD_RECORD = b'{"schema": "perfwatch.record/v1"}'
@@ -137,6 +140,65 @@ def test_a_broker_outage_with_verdicts_in_flight_never_stops_the_processor(
         assert wait in (FIRST_BACKOFF_S, min(2 * previous, MAX_BACKOFF_S))
     doing = {r.__dict__["doing"] for r in logged}
     assert doing == {"starting", "handling a batch", "publishing the outbox"}
+
+
+class FreezeTheBroker:
+    """A record handler that stops the whole broker when a record gives the stream's
+    first verdict: a broker frozen with verdict sends in flight."""
+
+    def __init__(self, ports: Ports) -> None:
+        self.ports = ports
+        self.frozen = False
+
+    def prepare(self, records: Sequence[Record], tx: StoreTransaction) -> None:
+        pass
+
+    def handle(
+        self,
+        record: Record,
+        tx: StoreTransaction,
+        emitted_at: datetime,
+        earlier: Sequence[Verdict] = (),
+    ) -> list[Verdict]:
+        if earlier and not self.frozen:
+            self.frozen = True
+            self.ports.unreachable(True)
+        return []
+
+
+def test_records_whose_negative_acknowledgement_was_lost_are_handled_after_the_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The sends time out and the negative acknowledgements of the batch are dropped
+    (Pulsar's client drops a redelivery request it cannot send): the messages stay
+    with the consumer. Once the broker answers, the processor subscribes again and
+    every record is handled once."""
+    caplog.set_level(logging.INFO, logger="perfwatch")
+    messages = outage_messages()[:-1]
+    with ports(messages) as p:
+        freeze = FreezeTheBroker(p)
+        processor = Processor(
+            config(),
+            p.store,
+            p.records.source(),
+            p.verdicts,
+            p.dead_letters,
+            handlers=[*build_handlers(config()), freeze],
+        )
+        processor.start()
+        while not freeze.frozen:
+            processor.poll_once()
+        assert p.store.unpublished(), "the batch's verdicts were not confirmed"
+        p.unreachable(False)
+        for _ in range(len(messages)):
+            if drained(p):
+                break
+            processor.poll_once()
+        processor.close()
+        assert drained(p), "records held by the old subscription were never redelivered"
+        assert set(points(p.store).values()) == {40}
+    resubscribed = "subscribed again after the broker failed"
+    assert any(r.getMessage() == resubscribed for r in caplog.records)
 
 
 def points(store: StateStore) -> dict[SeriesKey, int]:

@@ -11,6 +11,7 @@ import orjson
 from click.testing import CliRunner
 
 from _processor_support import processor_config, record_bytes
+from perfwatch.adapters.alert_groups import AlertGroups
 from perfwatch.adapters.verdict_feed import is_alert, summary_fields
 from perfwatch.cli.main import main
 from perfwatch.contract.models import ChangePointEvidence
@@ -166,4 +167,20 @@ def test_one_commit_that_moves_many_series_is_one_incident(tmp_path: Path) -> No
     assert [len(v["incident"]["members"]) for v in alerts] == [1, 2, 4]
     assert summary_fields(alerts[-1])["summary"].startswith(
         f"INCIDENT (commits c00059..{commit}: 4 series (1 new): REGRESSION service0 latency_ms +"
+    )
+    # Grouped as `perfwatch forward` does by default, with the verdicts read within
+    # the group wait: one message, with all five series as they stand.
+    groups = AlertGroups[int]()
+    held = [at for at, v in enumerate(verdicts) if groups.offer(v, at, now=0.0)]
+    assert [verdicts[at] for at in held if verdicts[at] in incidents] == incidents
+    assert all(
+        verdicts[at] in incidents or verdicts[at]["finding"]["incident"] == incident_id(commit)
+        for at in held
+    )
+    [group] = groups.due(30.0)
+    assert group.held == held and group.message is not None
+    members = group.message["incident"]["members"]
+    assert [m["test"] for m in members] == [f"service{i}" for i in range(5)]
+    assert summary_fields(group.message)["summary"].startswith(
+        f"INCIDENT (commits c00059..{commit}: 5 series: REGRESSION service0 latency_ms +"
     )

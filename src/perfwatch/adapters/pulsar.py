@@ -123,9 +123,12 @@ class PulsarRecordSource:
             self._consumer.negative_acknowledge(message.handle)
 
     def close(self) -> None:
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            consumer.close()
+        if self._consumer is None:
+            return
+        # Kept until closed: a consumer left open would keep the messages it holds.
+        with _broker_call("closing the subscription"):
+            self._consumer.close()
+        self._consumer = None
 
 
 class PulsarDeadLetterSink:

@@ -53,7 +53,7 @@ def is_regression(verdict: Mapping[str, Any]) -> bool:
     if kind == "counter_regression.detected":
         return True
     if kind in ("change_point.detected", "change_point.confirmed", "change_point.updated"):
-        return _block(verdict, "change_point").get("direction") == "regression"
+        return block(verdict, "change_point").get("direction") == "regression"
     return False
 
 
@@ -74,10 +74,13 @@ def is_alert(verdict: Mapping[str, Any]) -> bool:
     if kind in SUSPICION_KINDS:
         return False
     if kind == "incident.updated":
-        return _incident_grew_or_ended(_block(verdict, "incident"))
+        incident = block(verdict, "incident")
+        after = len(listed(incident, "members"))
+        before = after - len(listed(incident, "joined")) + len(listed(incident, "left"))
+        return _grew_past_a_power_of_two_or_emptied(before, after)
     if not kind.startswith("change_point."):
         return True
-    finding = _block(verdict, "finding")
+    finding = block(verdict, "finding")
     if finding.get("confirmed", True) is not True:
         return False
     changed = finding.get("changed")
@@ -90,20 +93,22 @@ def is_alert(verdict: Mapping[str, Any]) -> bool:
 SUSPICION_KINDS = ("change_point.suspected", "change_point.withdrawn")
 
 
-def _incident_grew_or_ended(incident: Mapping[str, Any]) -> bool:
-    def count(name: str) -> int:
-        value = incident.get(name)
-        return len(value) if isinstance(value, list) else 0
-
-    after = count("members")
-    before = after - count("joined") + count("left")
-    # grew past a power of two: 1, 2, 4, 8, ... series
-    return after == 0 or (after > before and before < 1 << (after.bit_length() - 1))
+def _grew_past_a_power_of_two_or_emptied(before: int, after: int) -> bool:
+    """Whether an incident of `before` series that now has `after` is worth an alert:
+    it emptied, or grew past a power of two (1, 2, 4, 8, ... series)."""
+    return after == 0 < before or (after > before and before < 1 << (after.bit_length() - 1))
 
 
-def _block(verdict: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    block = verdict.get(name)
-    return block if isinstance(block, Mapping) else {}
+def listed(doc: Mapping[str, Any], name: str) -> list[Any]:
+    """The field `name` if it is a list, else an empty one."""
+    value = doc.get(name)
+    return value if isinstance(value, list) else []
+
+
+def block(verdict: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The verdict's field `name` if it is an object, else an empty one."""
+    value = verdict.get(name)
+    return value if isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,7 @@ class VerdictFilter:
     def accepts(self, verdict: Mapping[str, Any]) -> bool:
         if self.alerts_only and not is_alert(verdict):
             return False
-        test = str(_block(verdict, "series").get("test", ""))
+        test = str(block(verdict, "series").get("test", ""))
         if self.tests and not any(fnmatch.fnmatchcase(test, glob) for glob in self.tests):
             return False
         kind = str(verdict.get("kind", ""))
@@ -155,11 +160,11 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
     direction, emitted_at, verdict_id, run_id, detail, summary.
     """
     kind = str(verdict.get("kind", "?"))
-    series = _block(verdict, "series")
+    series = block(verdict, "series")
     attributes = series.get("attributes")
-    evidence = _block(verdict, "previous" if kind == "change_point.retracted" else "change_point")
+    evidence = block(verdict, "previous" if kind == "change_point.retracted" else "change_point")
     if kind in SUSPICION_KINDS:
-        evidence = _block(verdict, "suspicion")
+        evidence = block(verdict, "suspicion")
     direction = str(evidence.get("direction", ""))
     commit = evidence.get("commit")
     fields = {
@@ -180,14 +185,12 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
     fields["label"], fields["detail"] = _label_and_detail(kind, verdict, direction)
     if kind.startswith("incident."):
         # about many series: the one whose change caused this event is not the point
-        incident = _block(verdict, "incident")
+        incident = block(verdict, "incident")
         fields["commit"] = str(incident.get("commit", ""))[:12]
-        fields["commits"] = _commits(_block(incident, "commit_range"), fields["commit"])
+        fields["commits"] = _commits(block(incident, "commit_range"), fields["commit"])
         fields["summary"] = f"{fields['label']} {fields['detail']}"
         return fields
-    fields["commits"] = _commits(
-        _block(_block(verdict, "finding"), "commit_range"), fields["commit"]
-    )
+    fields["commits"] = _commits(block(block(verdict, "finding"), "commit_range"), fields["commit"])
     fields["summary"] = " ".join(
         part
         for part in (
@@ -211,19 +214,19 @@ def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> 
         if action == "retracted":
             return "RETRACTED", f"({direction} no longer seen)"
         if action in ("suspected", "withdrawn"):
-            suspicion = _block(verdict, "suspicion")
+            suspicion = block(verdict, "suspicion")
             return action.upper(), f"(run {suspicion.get('run_id', '?')}, {direction})"
         label = {"regression": "REGRESSION", "improvement": "IMPROVEMENT"}.get(direction, "CHANGE")
-        episode = _block(verdict, "episode")
-        fix = _block(episode, "fix")
+        episode = block(verdict, "episode")
+        fix = block(episode, "fix")
         if fix:
-            regression = _block(episode, "regression")
+            regression = block(episode, "regression")
             label = "FIXED" if direction != "regression" else label
             return label, (
                 f"(regression {_percent(regression.get('forward_change_percent'))} at run "
                 f"{regression.get('run_id', '?')}, fixed at run {fix.get('run_id', '?')})"
             )
-        finding = _block(verdict, "finding")
+        finding = block(verdict, "finding")
         changed = finding.get("changed")
         if action == "updated":
             # an update without a finding block (an older perfwatch) is a move
@@ -234,15 +237,15 @@ def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> 
             return label, "(unconfirmed)"
         return label, "(confirmed)" if action == "confirmed" else ""
     if kind.startswith("counter_"):
-        check = _block(verdict, "counter_check")
+        check = block(verdict, "counter_check")
         clusters = check.get("clusters")
         count = f", {len(clusters)} cluster(s)" if isinstance(clusters, list) else ""
         label = "REGRESSION" if kind == "counter_regression.detected" else "PASSED"
         return label, f"(counters: {check.get('verdict', '?')}{count})"
     if kind.startswith("incident."):
-        return "INCIDENT", _incident_detail(_block(verdict, "incident"))
+        return "INCIDENT", _incident_detail(block(verdict, "incident"))
     if kind == "recommendation":
-        advice = _block(verdict, "recommendation")
+        advice = block(verdict, "recommendation")
         share = advice.get("run_share")
         votes = f"{share:.0%} of votes say run" if isinstance(share, int | float) else ""
         return str(advice.get("decision", "?")).upper(), f"({votes})" if votes else ""
@@ -262,12 +265,12 @@ def _incident_detail(incident: Mapping[str, Any]) -> str:
     joined = incident.get("joined")
     news = f" ({len(joined)} new)" if isinstance(joined, list) and joined else ""
     commit = str(incident.get("commit", "?"))[:12]
-    into = _block(incident, "merged_into")
+    into = block(incident, "merged_into")
     if into and not members:
         return (
             f"(commit {commit}: merged into the incident of commit {str(into.get('commit'))[:12]})"
         )
-    place = _place(_commits(_block(incident, "commit_range"), commit))
+    place = _place(_commits(block(incident, "commit_range"), commit))
     return f"({place}: {len(members)} series{news}: {', '.join(parts)})"
 
 
@@ -285,7 +288,7 @@ def _place(commits: str) -> str:
 
 def _member_text(member: Mapping[str, Any]) -> str:
     """`REGRESSION t m +5.0%`, or `FIXED t m -4.8% (regression +5.0% at run R)`."""
-    fixes = _block(member, "fixes")
+    fixes = block(member, "fixes")
     label = "FIXED" if fixes else str(member.get("direction", "")).upper()
     fixed = (
         f"(regression {_percent(fixes.get('forward_change_percent'))} at run "
@@ -311,6 +314,19 @@ def receive_messages(
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[pulsar.Message]:
     """Messages as they arrive; ends after `idle_timeout_s` without one (None: never)."""
+    polls = receive_polls(consumer, idle_timeout_s=idle_timeout_s, poll_ms=poll_ms, clock=clock)
+    return (message for message in polls if message is not None)
+
+
+def receive_polls(
+    consumer: pulsar.Consumer,
+    *,
+    idle_timeout_s: float | None = None,
+    poll_ms: int = 200,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[pulsar.Message | None]:
+    """The message of each poll as it arrives, None for a poll of `poll_ms` that got none
+    (for a reader that acts on time passing too); ends after `idle_timeout_s` without one."""
     import pulsar
 
     last_seen = clock()
@@ -320,6 +336,7 @@ def receive_messages(
         except pulsar.Timeout:
             if idle_timeout_s is not None and clock() - last_seen >= idle_timeout_s:
                 return
+            yield None
             continue
         last_seen = clock()
         yield message

@@ -12,12 +12,13 @@ from __future__ import annotations
 import string
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import orjson
 
+from perfwatch.adapters.alert_groups import AlertGroups, DueGroup
 from perfwatch.adapters.verdict_feed import SeenVerdicts, VerdictFilter, summary_fields
 
 if TYPE_CHECKING:
@@ -140,13 +141,14 @@ class WebhookSender:
 
 @dataclass
 class ForwardStats:
-    delivered: int = 0
+    delivered: int = 0  # messages the webhook accepted
     dead_lettered: int = 0
     skipped: int = 0
+    grouped: int = 0  # verdicts acknowledged with their incident's message (or its no news)
 
 
 def forward_verdicts(
-    messages: Iterable[pulsar.Message],
+    messages: Iterable[pulsar.Message | None],
     consumer: pulsar.Consumer,
     sender: WebhookSender,
     dead_letter: pulsar.Producer,
@@ -155,46 +157,90 @@ def forward_verdicts(
     template: str = DEFAULT_TEMPLATE,
     verdict_filter: VerdictFilter | None = None,
     on_outcome: Callable[[pulsar.Message, str], None] | None = None,
+    groups: AlertGroups[pulsar.Message] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ForwardStats:
     """Deliver each message's verdict, one at a time so the webhook sees them in order.
 
-    A message is acknowledged once it is delivered, filtered out, or safely on the
-    dead-letter topic; if even the dead-letter send fails, the error propagates and
-    the message stays unacknowledged for redelivery. `on_outcome(message, text)` is
-    told what happened to each message.
+    `messages` yields None when a wait for one ended without: time passed, and
+    groups may be due. With `groups`, the alerts of an incident are held in its
+    group and posted as one message when it is due (see `AlertGroups`); the rest
+    pass at once. Whatever groups hold when `messages` ends is posted then.
+
+    A message is acknowledged once it is delivered (alone or in its group's
+    message), filtered out, or safely on the dead-letter topic; if even the
+    dead-letter send fails, the error propagates and the message stays
+    unacknowledged for redelivery. `on_outcome(message, text)` is told what
+    happened to each message.
     """
     verdict_filter = verdict_filter or VerdictFilter()
+    grouping_filter = replace(verdict_filter, alerts_only=False)
     seen = SeenVerdicts()
     stats = ForwardStats()
-    for message in messages:
-        payload = message.data()
-        try:
-            verdict = orjson.loads(payload)
-            if not isinstance(verdict, dict):
-                raise ValueError(f"a JSON {type(verdict).__name__}, not a verdict object")
-        except ValueError as error:
-            outcome = _dead_letter(dead_letter, message, f"not a verdict: {error}", 0)
-            stats.dead_lettered += 1
-        else:
-            if not seen.first_time(verdict):
-                outcome = "skipped: this verdict id was already forwarded"
-                stats.skipped += 1
-            elif verdict_filter.accepts(verdict):
-                body = payload if style == "raw" else slack_payload(verdict, template)
-                delivery = sender.deliver(body)
-                if delivery.accepted:
-                    outcome = f"delivered after {delivery.attempts} attempt(s)"
-                    stats.delivered += 1
-                else:
-                    reason = delivery.error or "not accepted"
-                    outcome = _dead_letter(dead_letter, message, reason, delivery.attempts)
-                    stats.dead_lettered += 1
-            else:
-                outcome = "skipped by the filters"
-                stats.skipped += 1
+
+    def settle(message: pulsar.Message, outcome: str) -> None:
         consumer.acknowledge(message)
         if on_outcome is not None:
             on_outcome(message, outcome)
+
+    def post(body: bytes, held: list[pulsar.Message]) -> str:
+        delivery = sender.deliver(body)
+        if delivery.accepted:
+            stats.delivered += 1
+            return f"delivered after {delivery.attempts} attempt(s)"
+        outcome = reason = delivery.error or "not accepted"
+        for message in held:
+            outcome = _dead_letter(dead_letter, message, reason, delivery.attempts)
+            stats.dead_lettered += 1
+        return outcome
+
+    def post_groups(due: list[DueGroup[pulsar.Message]]) -> None:
+        for group in due:
+            outcome = "acknowledged: no news of its incident since the last message"
+            if group.message is not None:
+                body = orjson.dumps(group.message)
+                outcome = post(
+                    body if style == "raw" else slack_payload(group.message, template), group.held
+                )
+            for message in group.held:
+                stats.grouped += 1
+                settle(message, f"in its incident's group: {outcome}")
+
+    for message in messages:
+        if message is not None:
+            payload = message.data()
+            try:
+                verdict = orjson.loads(payload)
+                if not isinstance(verdict, dict):
+                    raise ValueError(f"a JSON {type(verdict).__name__}, not a verdict object")
+            except ValueError as error:
+                settle(message, _dead_letter(dead_letter, message, f"not a verdict: {error}", 0))
+                stats.dead_lettered += 1
+            else:
+                if not seen.first_time(verdict):
+                    stats.skipped += 1
+                    settle(message, "skipped: this verdict id was already forwarded")
+                elif (
+                    groups is not None
+                    and grouping_filter.accepts(verdict)
+                    and groups.offer(verdict, message, clock())
+                ):
+                    pass  # acknowledged when its group is due
+                elif verdict_filter.accepts(verdict):
+                    settle(
+                        message,
+                        post(
+                            payload if style == "raw" else slack_payload(verdict, template),
+                            [message],
+                        ),
+                    )
+                else:
+                    stats.skipped += 1
+                    settle(message, "skipped by the filters")
+        if groups is not None:
+            post_groups(groups.due(clock()))
+    if groups is not None:
+        post_groups(groups.flush())
     return stats
 
 

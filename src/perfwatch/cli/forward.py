@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from itertools import islice
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import click
 
-from perfwatch.adapters.verdict_feed import receive_messages
+from perfwatch.adapters.alert_groups import AlertGroups
+from perfwatch.adapters.verdict_feed import receive_polls
 from perfwatch.adapters.webhook import (
     DEFAULT_TEMPLATE,
     TEMPLATE_FIELDS,
@@ -80,6 +81,22 @@ if TYPE_CHECKING:
     show_default="<verdicts topic>-<subscription>-DLQ",
     help="Topic the verdicts the webhook keeps refusing go to.",
 )
+@click.option(
+    "--group-wait",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds an incident's first message waits, collecting its updates, before one "
+    "message says the incident as it stands (0: post each alert as it comes).",
+)
+@click.option(
+    "--group-interval",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="Seconds between two messages of one incident: later changes are batched, and "
+    "posted only if it has at least doubled or emptied since the last message.",
+)
 @verdict_source_options(alerts_only=True)
 def forward(
     source: VerdictSource,
@@ -92,17 +109,27 @@ def forward(
     timeout: float,
     subscription: str,
     undeliverable_topic: str | None,
+    group_wait: float,
+    group_interval: float,
 ) -> None:
     """POST each verdict to --webhook, in order, retrying with exponential back-off.
 
-    By default only what alerting acts on: one message per incident (the
-    confirmed change points of all series at a commit) as it opens and grows,
-    confirmed change points without a commit, their updates beyond the p-value,
-    and the other detectors' verdicts (--all-events: every verdict).
+    By default only what alerting acts on: incidents (the confirmed change
+    points of all series at a commit), confirmed change points without a commit,
+    their updates beyond the p-value, and the other detectors' verdicts
+    (--all-events: every verdict, each as it comes).
 
-    A verdict is acknowledged only once the webhook answered 2xx; one still
-    refused after --max-attempts tries (or refused with a 4xx other than 408/429)
-    goes to the dead-letter topic with the reason in its properties.
+    An incident's verdicts are grouped as Alertmanager groups alerts: its first
+    message waits --group-wait seconds and says the incident as it stands; later
+    changes go out at most once per --group-interval, when it has at least
+    doubled or emptied since the last message. When the input ends (--limit,
+    --idle-timeout) the groups still waiting are posted at once.
+
+    A verdict is acknowledged only once the webhook answered 2xx to its message;
+    a message still refused after --max-attempts tries (or refused with a 4xx
+    other than 408/429) sends its verdicts to the dead-letter topic with the
+    reason in their properties. A forwarder stopped while it holds a group gets
+    its verdicts again when restarted.
     """
     try:
         check_template(template)
@@ -132,9 +159,10 @@ def forward(
         dead_letter = client.create_producer(undeliverable_topic)
         click.echo(f"forwarding {source.topic} to the webhook", err=True)
         try:
+            grouping = source.verdict_filter.alerts_only and group_wait > 0
             stats = forward_verdicts(
-                islice(
-                    receive_messages(consumer, idle_timeout_s=source.idle_timeout_s), source.limit
+                _first_messages(
+                    receive_polls(consumer, idle_timeout_s=source.idle_timeout_s), source.limit
                 ),
                 consumer,
                 sender,
@@ -143,6 +171,7 @@ def forward(
                 template=template,
                 verdict_filter=source.verdict_filter,
                 on_outcome=report,
+                groups=AlertGroups(group_wait, group_interval) if grouping else None,
             )
         finally:
             sender.close()
@@ -150,6 +179,19 @@ def forward(
             dead_letter.close()
     click.echo(
         f"{stats.delivered} delivered, {stats.dead_lettered} dead-lettered to "
-        f"{undeliverable_topic}, {stats.skipped} filtered out",
+        f"{undeliverable_topic}, {stats.skipped} filtered out, {stats.grouped} grouped "
+        "into incident messages",
         err=True,
     )
+
+
+def _first_messages(
+    polls: Iterator[pulsar.Message | None], limit: int | None
+) -> Iterator[pulsar.Message | None]:
+    """The polls up to the `limit`-th message (None: all)."""
+    taken = 0
+    for poll in polls:
+        yield poll
+        taken += poll is not None
+        if limit is not None and taken >= limit:
+            return

@@ -243,6 +243,11 @@ async def api_inputs(request: Request) -> Response:
         view["figure"] = figures.inputs_figure(
             view["profiles"], view["labels"], view["votes"], view["x"], view["y"]
         )
+    colours = figures.cluster_colours(view["labels"])
+    view["sample_figures"] = {
+        "shift": figures.shift_figure(view["shifts"], colours),
+        "clusters": figures.cluster_change_figure(view["shifts"], colours),
+    }
     return JSONResponse(view)
 
 

@@ -9,7 +9,7 @@ page and in tests.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -354,6 +354,14 @@ def counter_figures(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def cluster_colours(labels: Iterable[int]) -> dict[int, str]:
+    """Each cluster label's colour, the same in every run-or-skip chart (noise grey)."""
+    return {
+        label: _NOISE_COLOUR if label < 0 else _PALETTE[position % len(_PALETTE)]
+        for position, label in enumerate(sorted(set(labels)))
+    }
+
+
 def inputs_figure(
     profiles: Sequence[Mapping[str, Any]],
     labels: Sequence[int],
@@ -367,9 +375,8 @@ def inputs_figure(
     (-1: noise), `votes` the recommendation's votes (by `input_id`).
     """
     data: list[dict[str, Any]] = []
-    for position, label in enumerate(sorted(set(labels))):
+    for label, colour in cluster_colours(labels).items():
         members = [p for p, lab in zip(profiles, labels, strict=True) if lab == label]
-        colour = _NOISE_COLOUR if label < 0 else _PALETTE[position % len(_PALETTE)]
         data.append(
             {
                 "type": "scatter",
@@ -404,6 +411,284 @@ def inputs_figure(
         "data": data,
         "layout": _layout(f"Inputs by {x_attribute} and {y_attribute}", x_attribute, y_attribute),
     }
+
+
+# A sampled input's marker by its verdict under the paired rule (the paper's rule has none).
+_VERDICT_SYMBOLS = {"slower": "triangle-up", "faster": "triangle-down"}
+
+
+def _percent(value: float | None) -> float | None:
+    return None if value is None else 100 * value
+
+
+def _colour(colours: Mapping[int, str], label: int) -> str:
+    return colours.get(label, _NOISE_COLOUR if label < 0 else _SERIES_COLOUR)
+
+
+def _cluster_name(label: int) -> str:
+    return "noise" if label < 0 else f"cluster {label}"
+
+
+def _empty_sample_message(shifts: Mapping[str, Any] | None) -> str:
+    if shifts is None:
+        return "No run-or-skip recommendation to show"
+    if shifts.get("reason"):
+        return f"Nothing judged: {shifts['reason']}"
+    if shifts["unplotted"]:
+        return f"None of the {len(shifts['unplotted'])} sampled inputs has an old and a new time"
+    return "The recommendation holds no sampled inputs"
+
+
+def shift_figure(shifts: Mapping[str, Any] | None, colours: Mapping[int, str]) -> dict[str, Any]:
+    """Every sampled input at its old time (x) and its new time (y), log axes, coloured by
+    cluster: above the diagonal it got slower. The band is the acceptable slow-down either
+    way; the decision's drivers are ringed. `shifts` is `queries.sample_shifts`."""
+    inputs = shifts["inputs"] if shifts else []
+    attribute = shifts["time_attribute"] if shifts else "cpu_time_s"
+    data: list[dict[str, Any]] = []
+    if inputs:
+        times = [row[name] for row in inputs for name in ("old_s", "new_s")]
+        low, high = min(times) / 1.5, max(times) * 1.5
+        acceptable = shifts["acceptable_slowdown"] if shifts else None
+        if acceptable is not None:
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": [low, high, high, low, low],
+                    "y": [
+                        low * (1 - acceptable),
+                        high * (1 - acceptable),
+                        high * (1 + acceptable),
+                        low * (1 + acceptable),
+                        low * (1 - acceptable),
+                    ],
+                    "fill": "toself",
+                    "fillcolor": "rgba(127,127,127,0.15)",
+                    "line": {"width": 0},
+                    "hoverinfo": "skip",
+                    "name": f"within ±{acceptable:.0%} (the acceptable slow-down)",
+                    "meta": {"role": "acceptable_band", "acceptable_slowdown": acceptable},
+                }
+            )
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": [low, high],
+                "y": [low, high],
+                "line": {"color": "#444", "dash": "dash", "width": 1},
+                "hoverinfo": "skip",
+                "name": "no change (new = old)",
+                "meta": {"role": "no_change"},
+            }
+        )
+    for label in sorted({row["cluster"] for row in inputs}):
+        rows = [row for row in inputs if row["cluster"] == label]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": _cluster_name(label),
+                "x": [row["old_s"] for row in rows],
+                "y": [row["new_s"] for row in rows],
+                "marker": {
+                    "color": _colour(colours, label),
+                    "size": 11,
+                    "symbol": [_VERDICT_SYMBOLS.get(row["verdict"], "circle") for row in rows],
+                    "line": {"color": "#fff", "width": 1},
+                },
+                "customdata": [
+                    [
+                        row["input_id"],
+                        row["label"],
+                        row["old_source"] or "",
+                        row["reason"],
+                        "" if row["baseline_s"] is None else f"{row['baseline_s']:.4g} s",
+                    ]
+                    for row in rows
+                ],
+                "hovertemplate": "<b>%{customdata[0]}</b> (%{customdata[1]})<br>old %{x:.4g} s "
+                "(%{customdata[2]}) → new %{y:.4g} s; in the baseline %{customdata[4]}"
+                "<br>%{customdata[3]}<extra>%{fullData.name}</extra>",
+                "meta": {
+                    "role": "sampled",
+                    "label": label,
+                    "inputs": [row["input_id"] for row in rows],
+                    "change": [_percent(row["change"]) for row in rows],
+                    "change_low": [_percent(row["change_low"]) for row in rows],
+                    "change_high": [_percent(row["change_high"]) for row in rows],
+                },
+            }
+        )
+    by_id = {row["input_id"]: row for row in inputs}
+    # In the recommendation's order: the largest change first.
+    drivers = [by_id[i] for i in (shifts["drivers"] if shifts else []) if i in by_id]
+    if drivers:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers+text",
+                "name": "drivers of the decision",
+                "x": [row["old_s"] for row in drivers],
+                "y": [row["new_s"] for row in drivers],
+                "text": [row["label"] for row in drivers],
+                "textposition": "top center",
+                "marker": {
+                    "symbol": "circle-open",
+                    "size": 22,
+                    "color": "#000",
+                    "line": {"width": 2},
+                },
+                "hoverinfo": "skip",
+                "meta": {"role": "drivers", "inputs": [row["input_id"] for row in drivers]},
+            }
+        )
+    layout = _layout(
+        f"Sampled inputs, old and new code: {attribute} (above the diagonal: slower)",
+        f"old code: {attribute}, fastest pass (s)",
+        f"new code: {attribute}, fastest pass (s)",
+    )
+    layout["xaxis"]["type"] = "log"
+    layout["yaxis"]["type"] = "log"
+    return no_data({"data": data, "layout": layout}, _empty_sample_message(shifts))
+
+
+def _error_bars(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Asymmetric error bars from each row's interval (none where it has no interval)."""
+    above, below = [], []
+    for row in rows:
+        has = row["change_low"] is not None and row["change_high"] is not None
+        above.append(100 * (row["change_high"] - row["change"]) if has else None)
+        below.append(100 * (row["change"] - row["change_low"]) if has else None)
+    return {"type": "data", "symmetric": False, "array": above, "arrayminus": below,
+            "thickness": 1.5, "width": 4}  # fmt: skip
+
+
+def cluster_change_figure(
+    shifts: Mapping[str, Any] | None, colours: Mapping[int, str]
+) -> dict[str, Any]:
+    """Each judged cluster's paired change with its interval (diamond), its sampled inputs'
+    below it (dots), against the acceptable slow-down; drivers ringed."""
+    clusters = [c for c in (shifts["clusters"] if shifts else []) if c["change"] is not None]
+    by_id = {row["input_id"]: row for row in (shifts["inputs"] if shifts else [])}
+    data: list[dict[str, Any]] = []
+    order: list[str] = []
+    driver_rows: list[tuple[str, Mapping[str, Any]]] = []
+    for cluster in clusters:
+        colour = _colour(colours, cluster["label"])
+        row_name = f"{cluster['name']}: {cluster['decision'].upper()}"
+        rows = [
+            by_id[i] for i in cluster["inputs"] if i in by_id and by_id[i]["change"] is not None
+        ]
+        names = [f"{row['label']} {row['input_id']}" for row in rows]
+        order += [row_name, *names]
+        driver_rows += [(name, row) for name, row in zip(names, rows, strict=True) if row["driver"]]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": f"{cluster['name']} (pooled)",
+                "legendgroup": str(cluster["label"]),
+                "x": [_percent(cluster["change"])],
+                "y": [row_name],
+                "error_x": _error_bars([cluster]) | {"color": colour},
+                "marker": {"symbol": "diamond", "size": 14, "color": colour},
+                "customdata": [
+                    [
+                        _percent(cluster["change_low"]),
+                        _percent(cluster["change_high"]),
+                        cluster["run_votes"],
+                        cluster["judged"],
+                        cluster["verdict"],
+                    ]
+                ],
+                "hovertemplate": "%{y}: %{x:+.1f}% [%{customdata[0]:+.1f}%, "
+                "%{customdata[1]:+.1f}%]<br>%{customdata[2]} of %{customdata[3]} inputs "
+                "slower; %{customdata[4]}<extra></extra>",
+                "meta": {"role": "cluster_change", "label": cluster["label"]},
+            }
+        )
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": f"{cluster['name']} inputs",
+                "legendgroup": str(cluster["label"]),
+                "showlegend": False,
+                "x": [_percent(row["change"]) for row in rows],
+                "y": names,
+                "error_x": _error_bars(rows) | {"color": colour},
+                "marker": {"size": 8, "color": colour},
+                "customdata": [[row["reason"]] for row in rows],
+                "hovertemplate": "%{y}<br>%{customdata[0]}<extra></extra>",
+                "meta": {
+                    "role": "input_change",
+                    "label": cluster["label"],
+                    "inputs": [row["input_id"] for row in rows],
+                },
+            }
+        )
+    if driver_rows:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "drivers of the decision",
+                "x": [_percent(row["change"]) for _, row in driver_rows],
+                "y": [name for name, _ in driver_rows],
+                "marker": {
+                    "symbol": "circle-open",
+                    "size": 18,
+                    "color": "#000",
+                    "line": {"width": 2},
+                },
+                "hoverinfo": "skip",
+                "meta": {"role": "drivers", "inputs": [row["input_id"] for _, row in driver_rows]},
+            }
+        )
+    acceptable = shifts["acceptable_slowdown"] if shifts else None
+    shapes = []
+    if data and acceptable is not None:
+        for x, colour, dash in (
+            (0.0, "#444", "solid"),
+            (100 * acceptable, STATUS_COLOURS["regression"], "dash"),
+            (-100 * acceptable, STATUS_COLOURS["improvement"], "dash"),
+            (50 * acceptable, STATUS_COLOURS["regression"], "dot"),
+        ):
+            shapes.append(
+                {
+                    "type": "line",
+                    "xref": "x",
+                    "yref": "paper",
+                    "x0": x,
+                    "x1": x,
+                    "y0": 0,
+                    "y1": 1,
+                    "line": {"color": colour, "dash": dash, "width": 1},
+                }
+            )
+    attribute = shifts["time_attribute"] if shifts else "cpu_time_s"
+    confidence = shifts["confidence"] if shifts else None
+    interval = f", {confidence:.0%} interval" if confidence is not None else ""
+    layout = _layout(
+        "Paired change per cluster and sampled input",
+        f"change of {attribute}, new / old − 1 (%){interval}<br>dashed: the acceptable "
+        "slow-down, dotted: what a slower interval must clear",
+        "cluster and its sampled inputs",
+        shapes=shapes,
+    )
+    layout["yaxis"] |= {"type": "category", "categoryorder": "array", "categoryarray": order,
+                        "autorange": "reversed"}  # fmt: skip
+    if shifts is not None and shifts["rule"] == "paper":
+        message = (
+            "The paper's rule computes no paired change: its votes compare times with thresholds"
+        )
+    elif shifts is not None and shifts["inputs"]:
+        message = "No judged input has a paired change (no earlier timings to compare with)"
+    else:
+        message = _empty_sample_message(shifts)
+    return no_data({"data": data, "layout": layout}, message)
 
 
 def _units_title(metric: str, lines: Sequence[Mapping[str, Any]]) -> str:

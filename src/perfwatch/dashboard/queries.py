@@ -424,6 +424,88 @@ def _vote_rows(recommendation: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [v for v in votes if isinstance(v, dict)] if isinstance(votes, list) else []
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _change_fields(change: Any) -> dict[str, Any]:
+    """A paired change block's numbers (all None when absent, as under the paper's rule)."""
+    change = change if isinstance(change, Mapping) else {}
+    return {
+        "change": _number(change.get("estimate")),
+        "change_low": _number(change.get("low")),
+        "change_high": _number(change.get("high")),
+        "change_method": change.get("method"),
+        "change_passes": change.get("passes"),
+    }
+
+
+def sample_shifts(
+    recommendation: Mapping[str, Any], baseline_times: Mapping[str, float]
+) -> dict[str, Any]:
+    """Each sampled input's old and new time and paired change, and each cluster's change,
+    as the recommendation verdict stored them (`perfwatch recommend --format json`).
+
+    `old_s` is the old code's time the input was judged against (`previous_time_s`:
+    the reference profiled beside the update, else the baseline), `new_s` the
+    update's (`time_s`), both the fastest pass of the recommendation's time
+    attribute; `baseline_s` is the input's time in the stored baseline. Inputs
+    without both times are listed in `unplotted` with the reason.
+    """
+    parameters = recommendation.get("parameters") or {}
+    drivers = [d for d in recommendation.get("drivers") or [] if isinstance(d, str)]
+    inputs: list[dict[str, Any]] = []
+    unplotted: list[dict[str, str]] = []
+    for vote in _vote_rows(recommendation):
+        numbers = vote.get("numbers") or {}
+        old, new = _number(numbers.get("previous_time_s")), _number(numbers.get("time_s"))
+        if old is None or new is None or old <= 0 or new <= 0:
+            unplotted.append({"input_id": str(vote.get("input_id")), "why": vote.get("reason", "")})
+            continue
+        inputs.append(
+            {
+                "input_id": vote.get("input_id"),
+                "label": vote.get("label"),
+                "cluster": vote.get("group"),
+                "decision": vote.get("decision"),
+                "verdict": vote.get("verdict"),
+                "driver": vote.get("input_id") in drivers,
+                "old_s": old,
+                "new_s": new,
+                "old_source": numbers.get("previous_source"),
+                "baseline_s": baseline_times.get(str(vote.get("input_id"))),
+                "reason": vote.get("reason", ""),
+                **_change_fields(vote.get("change")),
+            }
+        )
+    clusters = [
+        {
+            "label": c.get("label"),
+            "name": c.get("name"),
+            "decision": c.get("decision"),
+            "verdict": c.get("verdict"),
+            "judged": c.get("judged"),
+            "run_votes": c.get("run_votes"),
+            "inputs": c.get("inputs") or [],
+            **_change_fields(c.get("change")),
+        }
+        for c in recommendation.get("clusters") or []
+        if isinstance(c, Mapping)
+    ]
+    return {
+        "rule": recommendation.get("rule") or parameters.get("rule"),
+        "time_attribute": parameters.get("time_attribute", "cpu_time_s"),
+        "acceptable_slowdown": _number(parameters.get("acceptable_slowdown")),
+        "confidence": _number(parameters.get("confidence")),
+        "summary": recommendation.get("summary"),
+        "reason": recommendation.get("reason"),
+        "drivers": drivers,
+        "inputs": inputs,
+        "clusters": clusters,
+        "unplotted": unplotted,
+    }
+
+
 def inputs_view(
     store: StateStore,
     *,
@@ -468,6 +550,7 @@ def inputs_view(
         "profiles": [],
         "labels": [],
         "clusters": [],
+        "shifts": None,
     }
     if selected is None or test is None:
         return view
@@ -483,4 +566,9 @@ def inputs_view(
     view["clusters"] = [
         {"label": label, "members": sorted(ids)} for label, ids in sorted(members.items())
     ]
+    time_attribute = (recommendation.get("parameters") or {}).get("time_attribute", "cpu_time_s")
+    view["shifts"] = sample_shifts(
+        recommendation,
+        {p["input_id"]: p[time_attribute] for p in profiles if time_attribute in p},
+    )
     return view

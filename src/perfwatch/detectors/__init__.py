@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         CounterCheckResult,
         CounterRegressionCheck,
         CounterSamples,
+        PreparedRuns,
     )
     from perfwatch.detectors.direction import classify_direction
     from perfwatch.detectors.early_warning import EarlyWarning, EarlyWarningAssessment
@@ -45,6 +46,7 @@ _MODULE_OF = {
     "CounterCheckResult": "counters",
     "CounterRegressionCheck": "counters",
     "CounterSamples": "counters",
+    "PreparedRuns": "counters",
     "InputClustering": "inputs",
     "RunOrSkipRecommender": "inputs",
     "sample_inputs": "inputs",
@@ -60,6 +62,7 @@ __all__ = [
     "EarlyWarning",
     "EarlyWarningAssessment",
     "InputClustering",
+    "PreparedRuns",
     "RunOrSkipRecommender",
     "SeriesAnalyzer",
     "classify_direction",

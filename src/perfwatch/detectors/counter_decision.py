@@ -22,11 +22,15 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
+from perfwatch.detectors.counter_steps import trimmed_means
+
 # Lag-1 autocorrelation of block errors is clipped here: beyond it the AR(1) inflation
 # of the variance (1 + rho) / (1 - rho) rests on too few blocks to be trusted.
 _MAX_AUTOCORRELATION = 0.8
 # The fewest blocks whose spread says anything about a run's sampling variance.
 _MIN_BLOCKS = 3
+# Block errors within this relative difference of each other count as equal.
+_EQUAL = 1e-12
 # tail_inflation: the quantile compared, and the fewest null p-values it is taken from
 _TAIL_QUANTILE = 0.9
 _MIN_NULL = 10
@@ -37,29 +41,45 @@ def trimmed_mean_variance(errors: np.ndarray, trim: float) -> float:
     (``trimmed_mean``): the winsorized variance over the kept share squared, per block,
     inflated for the blocks' lag-1 autocorrelation (an AR(1) approximation). NaN for
     fewer than three blocks."""
-    return _variance_and_blocks(errors, trim)[0]
+    return float(error_statistics(np.asarray(errors, dtype=np.float64)[:, None], trim)[1][0])
 
 
 def effective_blocks(errors: np.ndarray, trim: float) -> float:
     """How many independent blocks the autocorrelated ``errors`` are worth:
     n (1 - rho) / (1 + rho)."""
-    return _variance_and_blocks(errors, trim)[1]
+    return float(error_statistics(np.asarray(errors, dtype=np.float64)[:, None], trim)[2][0])
 
 
-def _variance_and_blocks(errors: np.ndarray, trim: float) -> tuple[float, float]:
-    count = errors.size
-    if count < _MIN_BLOCKS:
-        return math.nan, float(count)
-    kept = count - int(trim * count)
-    winsorized = np.minimum(errors, np.partition(errors, kept - 1)[kept - 1])
-    centred = winsorized - winsorized.mean()
-    total = float(centred @ centred)
-    if total == 0.0:
-        return 0.0, float(count)
-    rho = float(np.clip(centred[:-1] @ centred[1:] / total, 0.0, _MAX_AUTOCORRELATION))
-    variance = total / (count - 1)
-    inflation = (1 + rho) / (1 - rho)
-    return variance / (count * (kept / count) ** 2) * inflation, count / inflation
+def error_statistics(errors: np.ndarray, trim: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per column of ``errors`` (blocks x models, in time order; NaN: a block not scored,
+    left out as if absent): the trimmed mean (``trimmed_means``), its sampling variance
+    (``trimmed_mean_variance``) and the effective number of blocks
+    (``effective_blocks``). Every model of a run in one pass of array operations."""
+    present = ~np.isnan(errors)
+    count = present.sum(axis=0)
+    kept = count - (trim * count).astype(np.int64)
+    means = trimmed_means(errors, trim)
+    # the scored blocks of each column moved to its top, in time order
+    rank = np.arange(errors.shape[0])[:, None]
+    scored = np.take_along_axis(errors, np.argsort(~present, axis=0, kind="stable"), axis=0)
+    valid = rank < count
+    cutoff = np.take_along_axis(np.sort(errors, axis=0), np.maximum(kept - 1, 0)[None, :], 0)
+    winsorized = np.where(valid, np.minimum(scored, cutoff), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        centred = np.where(valid, winsorized - winsorized.sum(axis=0) / count, 0.0)
+        total = np.einsum("ij,ij->j", centred, centred)
+        # invalid rows are zero, so the product across the last scored block adds nothing
+        lag = np.einsum("ij,ij->j", centred[:-1], centred[1:])
+        rho = np.clip(lag / total, 0.0, _MAX_AUTOCORRELATION)
+        inflation = (1 + rho) / (1 - rho)
+        variance = total / (count - 1) / (count * (kept / count) ** 2) * inflation
+        blocks = count / inflation
+    # blocks equal to float precision: no spread (rounding in the mean is no variance)
+    steady = total <= count * (_EQUAL * np.abs(winsorized).max(axis=0, initial=0.0)) ** 2
+    variance = np.where(steady, 0.0, variance)
+    blocks = np.where(steady, count, blocks).astype(np.float64)
+    few = count < _MIN_BLOCKS
+    return means, np.where(few, np.nan, variance), np.where(few, count, blocks)
 
 
 @dataclass(frozen=True)
@@ -91,26 +111,63 @@ def excess_error_test(
     alarms). With one good run v cannot be estimated: z uses the within-run variances
     alone and the p-value is NaN.
     """
-    k = len(good_errors)
-    within = float(np.nanmean(good_variances)) if k else math.nan
-    own = error_variance if math.isfinite(error_variance) else within
-    if k == 0 or not math.isfinite(error):
-        return ErrorTest(math.nan, math.nan, math.nan)
-    centre = float(np.mean(good_errors))
-    if k < 2:
-        spread = math.sqrt(max(own, 0.0) + max(within, 0.0))
-        z = (error - centre) / spread if spread > 0 else math.nan
-        return ErrorTest(z, math.nan, math.nan)
-    between = max(float(np.var(good_errors, ddof=1)), within if math.isfinite(within) else 0.0)
-    estimated = between * (1 + 1 / k)
-    extra = max(own - within, 0.0) if math.isfinite(within) else 0.0
-    variance = estimated + extra
-    if variance <= 0:
-        return ErrorTest(math.inf if error > centre else 0.0, 0.0 if error > centre else 1.0, 0.0)
-    z = (error - centre) / math.sqrt(variance)
-    own_df = min(max(error_blocks - 1, 1.0), k - 1)
-    df = variance**2 / (estimated**2 / (k - 1) + extra**2 / own_df)
-    return ErrorTest(z, float(student_t.sf(z, df)), df)
+    z, pvalue, df = excess_error_tests(
+        np.array([error], dtype=np.float64),
+        np.array([error_variance], dtype=np.float64),
+        np.array([list(good_errors)], dtype=np.float64).reshape(1, -1),
+        np.array([list(good_variances)], dtype=np.float64).reshape(1, -1),
+        np.array([error_blocks], dtype=np.float64),
+    )
+    return ErrorTest(float(z[0]), float(pvalue[0]), float(df[0]))
+
+
+def excess_error_tests(
+    error: np.ndarray,
+    error_variance: np.ndarray,
+    good_errors: np.ndarray,
+    good_variances: np.ndarray,
+    error_blocks: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``excess_error_test`` of many models at once: z, p-value and degrees of freedom
+    per model. ``good_errors`` and ``good_variances`` are models x good runs; a NaN good
+    error marks a run that did not score the model (left out, so k varies by model)."""
+    good = np.isfinite(good_errors)
+    k = good.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        variances = np.where(good, good_variances, np.nan)
+        counted = (good & ~np.isnan(variances)).sum(axis=1)
+        within = np.where(good, np.nan_to_num(variances), 0.0).sum(axis=1) / counted
+        within = np.where(counted > 0, within, np.nan)
+        own = np.where(np.isfinite(error_variance), error_variance, within)
+        centre = np.where(good, good_errors, 0.0).sum(axis=1) / k
+        deviations = np.where(good, good_errors - centre[:, None], 0.0)
+        sample_variance = np.einsum("ij,ij->i", deviations, deviations) / (k - 1)
+        # one good run: the within-run variances alone, and no p-value
+        spread = np.sqrt(np.maximum(own, 0.0) + np.maximum(within, 0.0))
+        single = np.where(spread > 0, (error - centre) / spread, np.nan)
+
+        known = np.isfinite(within)
+        between = np.maximum(sample_variance, np.where(known, within, 0.0))
+        estimated = between * (1 + 1 / k)
+        extra = np.where(known, np.maximum(own - within, 0.0), 0.0)
+        variance = estimated + extra
+        above = error > centre
+        z = (error - centre) / np.sqrt(variance)
+        own_df = np.minimum(np.maximum(error_blocks - 1, 1.0), k - 1)
+        df = variance**2 / (estimated**2 / (k - 1) + extra**2 / own_df)
+    degenerate = variance <= 0
+    z = np.where(degenerate, np.where(above, math.inf, 0.0), z)
+    df = np.where(degenerate, 0.0, df)
+    tested = (k >= 2) & ~degenerate & np.isfinite(error)
+    pvalue = np.full(error.shape, np.nan)
+    pvalue[tested] = student_t.sf(z[tested], df[tested])
+    pvalue = np.where(degenerate, np.where(above, 0.0, 1.0), pvalue)
+    untestable = (k == 0) | ~np.isfinite(error)
+    few = k < 2
+    z = np.where(untestable, np.nan, np.where(few, single, z))
+    pvalue = np.where(untestable | few, np.nan, pvalue)
+    df = np.where(untestable | few, np.nan, df)
+    return z, pvalue, df
 
 
 def tail_inflation(null_pvalues: Sequence[float]) -> float:
@@ -119,9 +176,10 @@ def tail_inflation(null_pvalues: Sequence[float]) -> float:
     each checked against the other good runs, over the normal quantile it should be
     (at least 1; 1 with fewer than ``_MIN_NULL`` p-values). A genomic-control-style
     factor, taken at the tail because it is the tail that makes false alarms."""
-    scores = [pvalue_to_z(p) for p in null_pvalues if math.isfinite(p)]
-    scores = [z for z in scores if math.isfinite(z)]
-    if len(scores) < _MIN_NULL:
+    pvalues = np.asarray(null_pvalues, dtype=np.float64)
+    scores = norm.isf(pvalues[np.isfinite(pvalues)])  # pvalue_to_z of each, in one call
+    scores = scores[np.isfinite(scores)]
+    if scores.size < _MIN_NULL:
         return 1.0
     observed = float(np.quantile(scores, _TAIL_QUANTILE))
     return max(1.0, observed / float(norm.isf(1 - _TAIL_QUANTILE)))

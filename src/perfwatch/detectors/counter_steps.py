@@ -13,7 +13,7 @@ chains them is ``perfwatch.detectors.counters.CounterRegressionCheck``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,6 +31,7 @@ __all__ = [
     "calinski_harabasz_by_cut",
     "cluster_counters",
     "correlation_distance",
+    "correlation_inverse",
     "correlation_matrix",
     "cut_dendrogram",
     "fill_missing",
@@ -38,12 +39,15 @@ __all__ = [
     "merge_singletons",
     "pairwise_redundancy",
     "percentage_error",
+    "percentage_error_blocks",
     "percentage_errors",
+    "pooled_correlation",
     "redundancy_analysis",
     "shrink_correlation",
     "standardize",
     "steady_state_window",
     "trimmed_mean",
+    "trimmed_means",
 ]
 
 # Below this many observations a run is too short to look for warm-up in.
@@ -113,11 +117,36 @@ def correlation_matrix(values: np.ndarray) -> np.ndarray:
     return np.clip(corr, -1.0, 1.0)
 
 
+def pooled_correlation(
+    counts: Sequence[int], means: Sequence[np.ndarray], scatters: Sequence[np.ndarray]
+) -> np.ndarray:
+    """``correlation_matrix`` of parts stacked on each other (the runs of a baseline), from
+    each part's number of rows, column means and centred cross-product matrix
+    (X - m)'(X - m): the parallel-axis combination, so parts shared by several stacks (the
+    folds of a leave-one-run-out) are multiplied out once."""
+    total = sum(counts)
+    mean = sum(n * m for n, m in zip(counts, means, strict=True)) / total
+    scatter = sum(scatters)
+    for n, m in zip(counts, means, strict=True):
+        offset = m - mean
+        scatter = scatter + n * np.outer(offset, offset)
+    spread = np.sqrt(np.diag(scatter))
+    corr = scatter / np.outer(spread, spread)
+    np.fill_diagonal(corr, 1.0)
+    return np.clip(corr, -1.0, 1.0)
+
+
 def shrink_correlation(correlation: np.ndarray, amount: float) -> np.ndarray:
     """(1 - amount) C + amount I: the correlation matrix shrunk towards the identity."""
     shrunk = (1.0 - amount) * correlation
     shrunk[np.diag_indices_from(shrunk)] = 1.0
     return shrunk
+
+
+def correlation_inverse(correlation: np.ndarray) -> np.ndarray:
+    """The inverse of a correlation matrix, made exactly symmetric."""
+    inverse = np.linalg.inv(correlation)
+    return (inverse + inverse.T) / 2
 
 
 @dataclass(frozen=True)
@@ -138,6 +167,7 @@ def redundancy_analysis(
     observations: int | None = None,
     keep: Iterable[int] = (),
     block: int = 64,
+    inverse: np.ndarray | None = None,
 ) -> list[RedundancyStep]:
     """Repeatedly remove the counter with the highest R^2 on all the others while that R^2
     exceeds ``r2_threshold``; counters in ``keep`` are never removed. With
@@ -149,10 +179,10 @@ def redundancy_analysis(
     P - P[:, j] P[j, :] / P_jj. The downdates are accumulated and applied in blocks (one
     matrix product per ``block`` removals), so thousands of counters cost a few matrix
     products instead of a regression per counter per removal. Ties go to the lower index.
+    ``inverse``: ``correlation_inverse(correlation)`` when already known (not modified).
     """
     size = correlation.shape[0]
-    inverse = np.linalg.inv(correlation)
-    inverse = (inverse + inverse.T) / 2
+    inverse = correlation_inverse(correlation) if inverse is None else inverse.copy()
     diagonal = np.diag(inverse).copy()
     rows = np.arange(size)  # original index of each row of `inverse`, compacted as we go
     present = np.ones(size, dtype=bool)
@@ -383,24 +413,38 @@ def percentage_errors(actual: np.ndarray, predicted: np.ndarray, floor: float) -
     value near zero is measured against the floor instead of dividing by (almost)
     nothing. With ``floor`` = 0 values equal to zero are left out.
     """
-    scored = ~np.isnan(actual)
-    actual, predicted = actual[scored], predicted[scored]
+    errors = percentage_error_blocks(actual, predicted, np.array(floor))
+    return errors[~np.isnan(errors)]
+
+
+def percentage_error_blocks(
+    actual: np.ndarray, predicted: np.ndarray, floor: np.ndarray
+) -> np.ndarray:
+    """``percentage_errors`` in place: NaN for a value left out, nothing removed, so
+    arrays of many models and runs keep their shape (``floor`` broadcasts against them,
+    one per model)."""
     magnitude = np.abs(actual)
-    if floor <= 0:
-        scored = magnitude > 0
-        actual, predicted, magnitude = actual[scored], predicted[scored], magnitude[scored]
-    return np.abs(actual - predicted) / np.maximum(magnitude, floor)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        errors = np.abs(actual - predicted) / np.maximum(magnitude, floor)
+    return np.where((floor <= 0) & (magnitude == 0), np.nan, errors)
 
 
 def trimmed_mean(errors: np.ndarray, trim: float = 0.0) -> float:
     """Mean without the largest floor(trim x count) values (a trimmed mean of the worst
     side only); NaN for no values."""
-    if errors.size == 0:
-        return math.nan
-    kept = errors.size - int(trim * errors.size)
-    if kept < errors.size:
-        errors = np.partition(errors, kept - 1)[:kept]
-    return float(np.mean(errors))
+    return float(trimmed_means(np.asarray(errors, dtype=np.float64)[:, None], trim)[0])
+
+
+def trimmed_means(errors: np.ndarray, trim: float) -> np.ndarray:
+    """Per column: the mean without its largest floor(trim x count) values, NaN values
+    left out (NaN for a column without values); ``trimmed_mean`` of
+    every column at once."""
+    count = (~np.isnan(errors)).sum(axis=0)
+    kept = count - (trim * count).astype(np.int64)
+    ordered = np.sort(errors, axis=0)  # NaN last
+    inside = np.arange(errors.shape[0])[:, None] < kept
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(inside, ordered, 0.0).sum(axis=0) / np.where(kept > 0, kept, np.nan)
 
 
 def percentage_error(

@@ -30,6 +30,7 @@ targets. Everything is deterministic: counters are processed in name order, no R
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections import Counter
@@ -45,12 +46,11 @@ from sklearn.covariance import ledoit_wolf_shrinkage
 
 from perfwatch.detectors.counter_decision import (
     deflate,
-    effective_blocks,
-    excess_error_test,
+    error_statistics,
+    excess_error_tests,
     familywise,
     pvalue_to_z,
     tail_inflation,
-    trimmed_mean_variance,
 )
 from perfwatch.detectors.counter_steps import (
     Distance,
@@ -58,17 +58,18 @@ from perfwatch.detectors.counter_steps import (
     block_means,
     cluster_counters,
     correlation_distance,
+    correlation_inverse,
     correlation_matrix,
     fill_missing,
     ks_statistics,
     merge_singletons,
     pairwise_redundancy,
-    percentage_errors,
+    percentage_error_blocks,
+    pooled_correlation,
     redundancy_analysis,
     shrink_correlation,
     standardize,
     steady_state_window,
-    trimmed_mean,
 )
 
 SingletonRule = Literal["merge", "intercept", "skip"]
@@ -308,6 +309,47 @@ class _PreparedRun:
     def observed_values(self) -> np.ndarray:
         return np.where(self.observed, self.values, np.nan)
 
+    @functools.cached_property
+    def moments(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """Samples, column means and centred cross-products of the samples (computed once
+        however many fits pool this run: ``pooled_correlation``)."""
+        mean = self.samples.mean(axis=0)
+        centred = self.samples - mean
+        return self.samples.shape[0], mean, centred.T @ centred
+
+
+class PreparedRuns:
+    """Runs already cut to steady state and averaged in blocks, for several fits and
+    checks over the same runs to share (the leave-one-out folds of
+    ``CounterRegressionCheck.calibrate``): pass one instance as ``prepared_runs`` to each
+    ``fit`` and ``check``. A run is prepared again only for other counters or other
+    preparation parameters (``steady_state``, ``steady_state_z``, ``max_trim_fraction``,
+    ``block``), so one instance may serve differently configured checks."""
+
+    def __init__(self) -> None:
+        # keyed by the run's identity; the run itself is kept so the identity stays its own
+        self._runs: dict[tuple[Any, ...], tuple[CounterSamples, _PreparedRun]] = {}
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def get(
+        self, check: CounterRegressionCheck, run: CounterSamples, names: list[str], index: int
+    ) -> _PreparedRun:
+        """``run`` prepared for ``names`` as ``check`` prepares it (``index`` names the
+        run in errors when it has no label)."""
+        key = (
+            id(run),
+            tuple(names),
+            check.steady_state,
+            check.steady_state_z,
+            check.max_trim_fraction,
+            check.block,
+        )
+        if key not in self._runs:
+            self._runs[key] = (run, check._prepare_run(run, names, index))
+        return self._runs[key][1]
+
 
 class _Scores:
     """Per candidate dependent: error on the target, usual error on good runs, the
@@ -433,10 +475,6 @@ class CounterRegressionCheck(BaseEstimator):
     look_first: how many counters the result names to look at first.
     """
 
-    # runs already prepared, shared by the fits of one calibration (not a parameter)
-    _prepared_runs: dict[tuple[int, tuple[str, ...]], tuple[CounterSamples, _PreparedRun]] | None
-    _prepared_runs = None
-
     def __init__(
         self,
         *,
@@ -529,8 +567,17 @@ class CounterRegressionCheck(BaseEstimator):
 
     # --- fit ---------------------------------------------------------------------------
 
-    def fit(self, baseline_runs: Sequence[CounterSamples]) -> CounterRegressionCheck:
-        """Learn the counter reduction and the clusters from good runs."""
+    def fit(
+        self,
+        baseline_runs: Sequence[CounterSamples],
+        *,
+        prepared_runs: PreparedRuns | None = None,
+    ) -> CounterRegressionCheck:
+        """Learn the counter reduction and the clusters from good runs.
+
+        prepared_runs: runs prepared by earlier fits or checks over some of the same runs,
+        reused and added to (see ``PreparedRuns``); None prepares every run afresh.
+        """
         self._validate_params()
         if not baseline_runs:
             raise ValueError("the baseline needs at least one run")
@@ -549,7 +596,8 @@ class CounterRegressionCheck(BaseEstimator):
         removed += mostly_missing
         if not names:
             raise ValueError("no counter is recorded in every baseline run")
-        runs = [self._prepare(run, names, i) for i, run in enumerate(baseline_runs)]
+        prepare = (PreparedRuns() if prepared_runs is None else prepared_runs).get
+        runs = [prepare(self, run, names, i) for i, run in enumerate(baseline_runs)]
         # the reduction judges the samples themselves, like the paper: block means average
         # noise away and would make many more counters look redundant
         samples = np.vstack([run.samples for run in runs])
@@ -562,8 +610,8 @@ class CounterRegressionCheck(BaseEstimator):
             removed += run_identities
         complete = np.vstack([run.sample_observed for run in runs])[:, analysed].all(axis=1)
         # identities hold on real samples; interpolated gaps would blur them
-        exact_rows = samples[complete] if complete.mean() >= 0.5 else samples
-        pooled = _Correlations(samples, analysed)
+        exact_rows = samples if complete.all() or complete.mean() < 0.5 else samples[complete]
+        pooled = _Correlations(samples, analysed, runs)
         identity_rows = pooled if exact_rows is samples else _Correlations(exact_rows, analysed)
         analysed, identities = self._collapse_identities(identity_rows, analysed, names)
         removed += identities
@@ -604,8 +652,9 @@ class CounterRegressionCheck(BaseEstimator):
         self._baseline = dict(zip(modelled, blocks[:, columns].T, strict=True))
         self._baseline_observed = dict(zip(modelled, np.vstack(observed).T, strict=True))
         self.baseline_spread_ = dict(zip(modelled, self._spread(observed), strict=True))
-        magnitude = np.abs(samples[:, columns])
-        below = np.median(magnitude, axis=0) < self.error_floor * magnitude.mean(axis=0)
+        # one counter per row: the median's partition then runs along contiguous memory
+        magnitude = np.abs(samples[:, columns].T)
+        below = np.median(magnitude, axis=1) < self.error_floor * magnitude.mean(axis=1)
         self.usually_zero_ = {modelled[i] for i in np.flatnonzero(below)}
         edges = np.cumsum([0] + [run.values.shape[0] for run in runs])
         self._run_slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(edges)]
@@ -617,8 +666,10 @@ class CounterRegressionCheck(BaseEstimator):
         observations = samples.observations
         if self.identity_r2 is None or analysed.size < 2 or observations <= analysed.size + 1:
             return analysed, []
-        correlation = shrink_correlation(samples.of(analysed), _MIN_RIDGE)
-        steps = redundancy_analysis(correlation, self.identity_r2, observations=observations)
+        correlation, inverse = samples.shrunk(analysed, _MIN_RIDGE)
+        steps = redundancy_analysis(
+            correlation, self.identity_r2, observations=observations, inverse=inverse
+        )
         removed = [_removal(step, names, analysed, IDENTITY, "a linear identity") for step in steps]
         return np.delete(analysed, [step.index for step in steps]), removed
 
@@ -652,10 +703,13 @@ class CounterRegressionCheck(BaseEstimator):
                 values = standardize(samples.values[:, analysed])
                 amount = float(ledoit_wolf_shrinkage(values, assume_centered=True))
         counters = analysed.size
-        correlation = shrink_correlation(samples.of(analysed), max(amount, _MIN_RIDGE))
+        correlation, inverse = samples.shrunk(analysed, max(amount, _MIN_RIDGE))
         adjust = amount <= _MIN_RIDGE and observations > counters + 1
         steps = redundancy_analysis(
-            correlation, self.redundancy_r2, observations=observations if adjust else None
+            correlation,
+            self.redundancy_r2,
+            observations=observations if adjust else None,
+            inverse=inverse,
         )
         removed += [_removal(step, names, analysed, REDUNDANT, "redundant") for step in steps]
         return np.delete(analysed, [step.index for step in steps]), removed
@@ -708,9 +762,11 @@ class CounterRegressionCheck(BaseEstimator):
 
     # --- check -------------------------------------------------------------------------
 
-    def check(self, target: CounterSamples) -> CounterCheckResult:
+    def check(
+        self, target: CounterSamples, *, prepared_runs: PreparedRuns | None = None
+    ) -> CounterCheckResult:
         """Predict the target with one model per cluster and flag the clusters whose
-        (excess) prediction error exceeds the threshold."""
+        (excess) prediction error exceeds the threshold. ``prepared_runs``: as in ``fit``."""
         if not hasattr(self, "clusters_"):
             raise RuntimeError("call fit(baseline_runs) before check(target)")
         removed = list(self.removed_)
@@ -729,7 +785,8 @@ class CounterRegressionCheck(BaseEstimator):
         removed += mostly_missing
         if not wanted:
             raise ValueError(f"{_run_label(target, 0)}: no counter of the baseline to check")
-        prepared = self._prepare(target, wanted, 0)
+        shared = PreparedRuns() if prepared_runs is None else prepared_runs
+        prepared = shared.get(self, target, wanted, 0)
         values = dict(zip(wanted, prepared.values.T, strict=True))
         observed = dict(zip(wanted, prepared.observed_values().T, strict=True))
 
@@ -928,7 +985,7 @@ class CounterRegressionCheck(BaseEstimator):
         target_observed: dict[str, np.ndarray],
     ) -> _Scores:
         """Per candidate: its model's prediction error on the target, the model's usual
-        error on good runs (``_usual_error`` of its errors on each baseline run, fitted on
+        error on good runs (``_usual_errors`` of its errors on each baseline run, fitted on
         the others; with one baseline run, its error on that run), and what is compared
         with the threshold. With decouple_strongest, the better of the model on all the
         other members and the model without the strongest of them.
@@ -941,7 +998,7 @@ class CounterRegressionCheck(BaseEstimator):
         """
         names = list(dict.fromkeys(members + candidates))
         width = len(members)
-        columns = [names.index(c) for c in candidates]
+        columns = np.array([names.index(c) for c in candidates], dtype=np.intp)
         base = np.column_stack([self._baseline[n] for n in names])
         centre, scale = base.mean(axis=0), base.std(axis=0)
         scale[scale == 0] = 1.0
@@ -952,114 +1009,92 @@ class CounterRegressionCheck(BaseEstimator):
         everything = np.ones(z_base.shape[0], dtype=bool)
         if self.robust_fit:
             everything = _typical_rows(z_base)
-        trains = [everything]
-        for run in self._run_slices if len(self._run_slices) > 1 else []:
-            trains.append(everything.copy())
-            trains[-1][run] = False
-        designs = [np.column_stack([np.ones(int(t.sum())), z_base[t, :width]]) for t in trains]
-        # all their inverse Gram matrices in one stacked call: the same matrices as one
-        # call each, without the per-call overhead that dominated many small clusters
-        inverses = np.linalg.pinv(np.stack([d.T @ d for d in designs]), hermitian=True)
+        trains, designs, inverses = _leave_one_run_out(
+            z_base[:, :width], everything, self._run_slices
+        )
 
-        # the strongest predictor of each candidate (a design column), from the full fit
+        # the strongest predictor of each candidate (a design column; 0: none), from the
+        # full fit: -H[1:, j] / H_jj for a member j, the coefficients (A'A)^-1 A'y otherwise
         design, inverse = designs[0], inverses[0]
-        strongest: list[int | None] = []
-        for column in columns:
-            if column < width:
-                beta = -inverse[1:, column + 1] / inverse[column + 1, column + 1]
-                beta[column] = 0.0
-                enough = width >= 3
-            else:
-                beta = (inverse @ (design.T @ z_base[everything, column]))[1:]
-                enough = width >= 2
-            use = self.decouple_strongest and enough
-            strongest.append(int(np.argmax(np.abs(beta))) + 1 if use else None)
+        member = columns < width
+        inside, outside = np.flatnonzero(member), np.flatnonzero(~member)
+        betas = np.zeros((width, columns.size))
+        diagonal = columns[inside] + 1
+        betas[:, inside] = -inverse[1:, diagonal] / inverse[diagonal, diagonal]
+        betas[columns[inside], inside] = 0.0
+        betas[:, outside] = (inverse @ (design.T @ z_base[everything][:, columns[outside]]))[1:]
+        enough = np.where(member, width >= 3, width >= 2) & self.decouple_strongest
+        strongest = np.zeros(columns.size, dtype=np.intp)
+        if width:
+            strongest = np.where(enough, np.argmax(np.abs(betas), axis=0) + 1, 0)
 
         def predict(fit: int, rows: np.ndarray) -> np.ndarray:
             """(rows, candidates, 2): predictions of the full and the decoupled models
-            trained on ``trains[fit]``."""
+            trained on ``trains[fit]`` (NaN where a candidate has no decoupled model)."""
             train, design, inverse = trains[fit], designs[fit], inverses[fit]
             new = np.column_stack([np.ones(rows.shape[0]), rows[:, :width]])
             projected = new @ inverse
-            predicted = np.full((rows.shape[0], len(columns), 2), np.nan)
-            for c, (column, q) in enumerate(zip(columns, strongest, strict=True)):
-                if column < width:
-                    j = column + 1
-                    predicted[:, c, 0] = rows[:, column] - projected[:, j] / inverse[j, j]
-                    if q is not None:
-                        shrunk = projected[:, j] - projected[:, q] * inverse[q, j] / inverse[q, q]
-                        pivot = inverse[j, j] - inverse[q, j] ** 2 / inverse[q, q]
-                        predicted[:, c, 1] = rows[:, column] - shrunk / pivot
-                else:
-                    moments = design.T @ z_base[train, column]
-                    predicted[:, c, 0] = new @ (inverse @ moments)
-                    if q is not None:
-                        predicted[:, c, 1] = (
-                            predicted[:, c, 0]
-                            - projected[:, q] * (inverse[q] @ moments) / inverse[q, q]
-                        )
+            predicted = np.full((rows.shape[0], columns.size, 2), np.nan)
+            j = columns[inside] + 1
+            predicted[:, inside, 0] = rows[:, j - 1] - projected[:, j] / inverse[j, j]
+            decoupled = inside[strongest[inside] > 0]
+            j, q = columns[decoupled] + 1, strongest[decoupled]
+            shrunk = projected[:, j] - projected[:, q] * inverse[q, j] / inverse[q, q]
+            pivot = inverse[j, j] - inverse[q, j] ** 2 / inverse[q, q]
+            predicted[:, decoupled, 1] = rows[:, j - 1] - shrunk / pivot
+            moments = design.T @ z_base[train][:, columns[outside]]
+            predicted[:, outside, 0] = new @ (inverse @ moments)
+            has = strongest[outside] > 0
+            decoupled, q = outside[has], strongest[outside[has]]
+            downdate = np.einsum("ij,ji->i", inverse[q], moments[:, has]) / inverse[q, q]
+            predicted[:, decoupled, 1] = predicted[:, decoupled, 0] - projected[:, q] * downdate
             return predicted * scale[columns][None, :, None] + centre[columns][None, :, None]
 
-        on_target = predict(0, z_target)
-        if len(self._run_slices) > 1:
-            held_out = [
-                (run, predict(fit, z_base[run])) for fit, run in enumerate(self._run_slices, 1)
-            ]
-        else:
-            held_out = [(slice(None), predict(0, z_base))]
+        runs = self._run_slices if len(self._run_slices) > 1 else [slice(None)]
+        fits = range(1, len(runs) + 1) if len(self._run_slices) > 1 else [0]
+        observed = np.column_stack([self._baseline_observed[name] for name in candidates])
+        actual = [np.column_stack([target_observed[name] for name in candidates])]
+        actual += [observed[run] for run in runs]
+        predicted = [predict(0, z_target)] + [
+            predict(fit, z_base[run]) for fit, run in zip(fits, runs, strict=True)
+        ]
+        floor = self.error_floor * np.abs(base[:, columns]).mean(axis=0)[:, None]
+        # every model on every run (the target first) as one column of block errors
+        length = max(a.shape[0] for a in actual)
+        blocks = np.full((length, len(actual), columns.size, 2), np.nan)
+        for i, (values, prediction) in enumerate(zip(actual, predicted, strict=True)):
+            blocks[: values.shape[0], i] = percentage_error_blocks(
+                values[:, :, None], prediction, floor
+            )
+        means, variances, effective = (
+            statistic.reshape(len(actual), -1)
+            for statistic in error_statistics(blocks.reshape(length, -1), self.error_trim)
+        )
+        exists = np.column_stack([np.ones(columns.size, dtype=bool), strongest > 0]).ravel()
+        error, good, good_variances = means[0], means[1:].T, variances[1:].T
+        z, pvalue, _ = excess_error_tests(error, variances[0], good, good_variances, effective[0])
+        usual = _usual_errors(good)
+        excess = error - np.where(np.isfinite(usual), usual, 0.0)
+        if not self.subtract_good_run_error:
+            excess = error
+        excess = np.where(np.isfinite(excess), excess, -math.inf).reshape(-1, 2)
+        z = np.where(np.isfinite(z), z, -math.inf).reshape(-1, 2)
+
         scores = _Scores(len(candidates))
         scores.fitted_rows = everything
-        for c, name in enumerate(candidates):
-            floor = self.error_floor * float(np.mean(np.abs(self._baseline[name])))
-            decoupled = strongest[c]
-            for variant in (0,) if decoupled is None else (0, 1):
-                scores.tests += 1
-                blocks = percentage_errors(target_observed[name], on_target[:, c, variant], floor)
-                error = trimmed_mean(blocks, self.error_trim)
-                good = [
-                    percentage_errors(
-                        self._baseline_observed[name][run], predicted[:, c, variant], floor
-                    )
-                    for run, predicted in held_out
-                ]
-                good_errors = [trimmed_mean(g, self.error_trim) for g in good]
-                finite = [i for i, e in enumerate(good_errors) if math.isfinite(e)]
-                errors = [good_errors[i] for i in finite]
-                variances = [trimmed_mean_variance(good[i], self.error_trim) for i in finite]
-                usual = _usual_error(errors)
-                test = excess_error_test(
-                    error,
-                    trimmed_mean_variance(blocks, self.error_trim),
-                    errors,
-                    variances,
-                    effective_blocks(blocks, self.error_trim),
-                )
-                if len(finite) >= 3:
-                    for j in range(len(finite)):
-                        scores.null.append(
-                            excess_error_test(
-                                errors[j],
-                                variances[j],
-                                errors[:j] + errors[j + 1 :],
-                                variances[:j] + variances[j + 1 :],
-                            ).pvalue
-                        )
-                excess = error - (usual if math.isfinite(usual) else 0.0)
-                if not self.subtract_good_run_error:
-                    excess = error
-                excess = excess if math.isfinite(excess) else -math.inf
-                z = test.z if math.isfinite(test.z) else -math.inf
-                better = (
-                    z > scores.z[c]
-                    if self.effective_decision == "pvalue"
-                    else excess > scores.excess[c]
-                )
-                if variant == 0 or better:
-                    scores.error[c], scores.usual[c], scores.excess[c] = error, usual, excess
-                    scores.z[c], scores.pvalue[c] = z, test.pvalue
-                    scores.left_out[c] = (
-                        members[decoupled - 1] if variant == 1 and decoupled is not None else None
-                    )
+        scores.tests = int(exists.sum())
+        scores.null = _null_pvalues(good[exists], good_variances[exists])
+        ranking = z if self.effective_decision == "pvalue" else excess
+        chosen = np.where((strongest > 0) & (ranking[:, 1] > ranking[:, 0]), 1, 0)
+        pick = (np.arange(columns.size), chosen)
+        scores.error = error.reshape(-1, 2)[pick]
+        scores.usual = usual.reshape(-1, 2)[pick]
+        scores.excess, scores.z = excess[pick], z[pick]
+        scores.pvalue = pvalue.reshape(-1, 2)[pick]
+        scores.left_out = [
+            members[q - 1] if variant else None
+            for q, variant in zip(strongest.tolist(), chosen.tolist(), strict=True)
+        ]
         return scores
 
     # --- calibration -------------------------------------------------------------------
@@ -1072,13 +1107,13 @@ class CounterRegressionCheck(BaseEstimator):
             raise ValueError("calibration needs at least two good runs")
         largest: list[float] = []
         # each run is a baseline run in every fold but its own: prepare it once
-        prepared: dict[tuple[int, tuple[str, ...]], tuple[CounterSamples, _PreparedRun]] = {}
+        prepared = PreparedRuns()
         for held_out, run in enumerate(good_runs):
             others = [r for i, r in enumerate(good_runs) if i != held_out]
             check = clone(self).set_params(decision="threshold")
-            check._prepared_runs = prepared
-            check.fit(others)
-            largest.append(check.check(run).max_excess_error or 0.0)
+            check.fit(others, prepared_runs=prepared)
+            result = check.check(run, prepared_runs=prepared)
+            largest.append(result.max_excess_error or 0.0)
         self.calibration_: dict[str, Any] = {
             "runs": [_run_label(run, i) for i, run in enumerate(good_runs)],
             "largest_excess_errors": largest,
@@ -1142,16 +1177,6 @@ class CounterRegressionCheck(BaseEstimator):
                 keep.append(name)
         return keep, removed
 
-    def _prepare(self, run: CounterSamples, names: list[str], index: int) -> _PreparedRun:
-        cache = self._prepared_runs
-        key = (id(run), tuple(names))
-        if cache is not None and key in cache and cache[key][0] is run:
-            return cache[key][1]
-        prepared = self._prepare_run(run, names, index)
-        if cache is not None:
-            cache[key] = (run, prepared)
-        return prepared
-
     def _prepare_run(self, run: CounterSamples, names: list[str], index: int) -> _PreparedRun:
         raw = run.values[:, _columns(run, names)]
         filled = fill_missing(raw)
@@ -1180,19 +1205,41 @@ class CounterRegressionCheck(BaseEstimator):
 
 class _Correlations:
     """Correlation matrices of column subsets of one sample matrix: the matrix of the
-    first subset asked for is computed once, later (smaller) subsets are cut from it."""
+    first subset asked for is computed once (from the runs' cross-products when the
+    samples are those runs stacked), later (smaller) subsets are cut from it; and the
+    inverse of the last shrunk matrix, which the identity and redundancy steps share when
+    the identities removed nothing."""
 
-    def __init__(self, values: np.ndarray, columns: np.ndarray) -> None:
+    def __init__(
+        self, values: np.ndarray, columns: np.ndarray, runs: list[_PreparedRun] | None = None
+    ) -> None:
         self.values = values
         self.observations = values.shape[0]
         self._columns = columns
+        self._runs = runs
         self._matrix: np.ndarray | None = None
+        self._inverse: tuple[bytes, float, np.ndarray] | None = None
 
     def of(self, columns: np.ndarray) -> np.ndarray:
         if self._matrix is None:
-            self._matrix = correlation_matrix(self.values[:, self._columns])
+            if self._runs is None:
+                self._matrix = correlation_matrix(self.values[:, self._columns])
+            else:
+                cut = np.ix_(self._columns, self._columns)
+                counts, means, scatters = zip(*(run.moments for run in self._runs), strict=True)
+                self._matrix = pooled_correlation(
+                    counts, [m[self._columns] for m in means], [s[cut] for s in scatters]
+                )
         position = np.searchsorted(self._columns, columns)
         return self._matrix[np.ix_(position, position)]
+
+    def shrunk(self, columns: np.ndarray, amount: float) -> tuple[np.ndarray, np.ndarray]:
+        """``shrink_correlation`` of the columns' matrix and its ``correlation_inverse``."""
+        correlation = shrink_correlation(self.of(columns), amount)
+        key = columns.tobytes()
+        if self._inverse is None or self._inverse[:2] != (key, amount):
+            self._inverse = (key, amount, correlation_inverse(correlation))
+        return correlation, self._inverse[2]
 
 
 def _drop_run_identities(
@@ -1269,6 +1316,22 @@ def _run_level(blocks: list[np.ndarray], names: list[str]) -> list[str]:
     return [names[i] for i in np.flatnonzero(between > within)]
 
 
+def _leave_one_run_out(
+    predictors: np.ndarray, fitted: np.ndarray, runs: list[slice]
+) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """The training rows of a cluster's models (the ``fitted`` rows, then with each run
+    left out in turn when there are several runs), their designs (intercept and
+    predictors) and inverse Gram matrices."""
+    trains = [fitted]
+    for run in runs if len(runs) > 1 else []:
+        trains.append(fitted.copy())
+        trains[-1][run] = False
+    designs = [np.column_stack([np.ones(int(t.sum())), predictors[t]]) for t in trains]
+    # all inverse Gram matrices in one stacked call: the same matrices as one call each,
+    # without the per-call overhead that dominated many small clusters
+    return trains, designs, np.linalg.pinv(np.stack([d.T @ d for d in designs]), hermitian=True)
+
+
 def _typical_rows(values: np.ndarray) -> np.ndarray:
     """Rows that are not multivariate outliers: squared Mahalanobis distance from the
     mean within the chi-square quantile ``_TYPICAL_QUANTILE`` (twice, the second time with
@@ -1297,13 +1360,34 @@ def _blame(clusters: list[ClusterResult]) -> list[tuple[str, float]]:
     return sorted(best.items(), key=lambda item: (-item[1], item[0]))
 
 
-def _usual_error(errors: list[float]) -> float:
-    """The upper end of a model's usual error on good runs: mean + 2 standard deviations
-    of its errors on the held-out runs (the error itself with one run; NaN with none)."""
-    if not errors:
-        return math.nan
-    spread = float(np.std(errors, ddof=1)) if len(errors) > 1 else 0.0
-    return float(np.mean(errors)) + 2.0 * spread
+def _usual_errors(errors: np.ndarray) -> np.ndarray:
+    """Per model (row), the upper end of its usual error on good runs: mean + 2 standard
+    deviations of its finite errors on the held-out runs (the error itself with one run;
+    NaN with none)."""
+    finite = np.isfinite(errors)
+    count = finite.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(finite, errors, 0.0).sum(axis=1) / count
+        deviations = np.where(finite, errors - mean[:, None], 0.0)
+        spread = np.sqrt(np.einsum("ij,ij->i", deviations, deviations) / (count - 1))
+    return mean + 2.0 * np.where(count > 1, spread, 0.0)
+
+
+def _null_pvalues(errors: np.ndarray, variances: np.ndarray) -> list[float]:
+    """p-values of the good runs, each checked against the others, of every model
+    (row) with at least three finite errors: every (model, run) pair in one batch."""
+    tested = (np.isfinite(errors).sum(axis=1) >= 3)[:, None] & np.isfinite(errors)
+    model, run = np.nonzero(tested)
+    others = errors[model].copy()
+    others[np.arange(model.size), run] = np.nan
+    _, pvalues, _ = excess_error_tests(
+        errors[model, run],
+        variances[model, run],
+        others,
+        variances[model],
+        np.full(model.size, math.inf),
+    )
+    return pvalues.tolist()
 
 
 def _design(columns: dict[str, np.ndarray], predictors: list[str]) -> np.ndarray:

@@ -1216,6 +1216,7 @@ class RunOrSkipRecommender(BaseEstimator):
                             profile.statements,
                         ),
                         drift=drifts.get(profile.input_id, drift),
+                        alternated=profile.input_id in reference_by_id,
                     )
                 cluster_votes.append(vote)
             votes += cluster_votes
@@ -1301,6 +1302,7 @@ class RunOrSkipRecommender(BaseEstimator):
             "statements": float(profile.statements),
             "previous_time_s": None if previous is None else self._time(previous),
             "previous_statements": None if previous is None else float(previous.statements),
+            "previous_source": _previous_source(previous, alternated),
             "time_change": None
             if previous is None
             else _relative(self._time(profile), self._time(previous)),
@@ -1371,6 +1373,7 @@ class RunOrSkipRecommender(BaseEstimator):
         name: str,
         threshold: Threshold,
         drift: float | None,
+        alternated: bool,
     ) -> Vote:
         time = self._time(profile)
         scaled = threshold.value * (drift or 1.0)
@@ -1395,6 +1398,7 @@ class RunOrSkipRecommender(BaseEstimator):
             "limit_s": limit,
             "previous_time_s": previous_time,
             "previous_statements": previous_statements,
+            "previous_source": _previous_source(previous, alternated),
             "time_change": _relative(time, previous_time),
             "statement_change": _relative(float(profile.statements), previous_statements),
             "gradient_before": decision.gradient_before,
@@ -1442,6 +1446,13 @@ def _shared_rounds(previous: Profile, profile: Profile) -> int | None:
     """The rounds both profiles' passes form, when they were timed in the same rounds."""
     rounds = getattr(profile, "timing_rounds", None)
     return rounds if rounds and rounds == getattr(previous, "timing_rounds", None) else None
+
+
+def _previous_source(previous: Profile | None, alternated: bool) -> str | None:
+    """Where the old code's time came from: profiled beside the update, or the baseline."""
+    if previous is None:
+        return None
+    return "reference" if alternated else "baseline"
 
 
 def _vote_label(group_number: int, label: int, position: int) -> str:

@@ -17,7 +17,10 @@ values is dead-lettered as a run conflict naming both. A store that cannot be
 reached stops the processor instead: no record is dead-lettered for an outage.
 A broker that cannot be reached never stops it: the batch in hand is
 negatively acknowledged, its verdicts stay in the outbox, and the processor
-waits (doubling the wait up to `MAX_BACKOFF_S`) before trying again.
+waits (doubling the wait up to `MAX_BACKOFF_S`) before trying again. Once the
+broker answers again the processor subscribes anew, as a restart would: a
+negative acknowledgement made while the connection was down can be lost, and
+its message would otherwise stay with the old consumer.
 
 The processor reaches the broker only through the ports of
 `perfwatch.processor.ports`.
@@ -97,6 +100,7 @@ class Processor:
         self._backoff_s = 0.0  # the current wait after a broker failure (0: none)
         self._resume_at = 0.0  # monotonic time before which the broker is left alone
         self._settled: set[str] = set()  # ids of the batch's messages acked or nacked
+        self._subscribe_again = False  # a broker failure since the last subscription
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -181,6 +185,15 @@ class Processor:
                 return 0
             self._outbox_dirty = False
             self._backoff_s = 0.0
+        if self._subscribe_again:
+            try:
+                self._records.close()  # what it holds goes back to the subscription
+                self._records.open()
+            except BrokerUnavailable as err:
+                self._back_off("subscribing again", err)
+                return 0
+            self._subscribe_again = False
+            log.info("subscribed again after the broker failed", extra={"consumer": self.name})
         try:
             messages = self._records.receive_batch()
         except BrokerUnavailable as err:
@@ -240,6 +253,7 @@ class Processor:
         """Leave the broker alone for a while, longer after each failure in a row."""
         self._backoff_s = min(max(2 * self._backoff_s, FIRST_BACKOFF_S), MAX_BACKOFF_S)
         self._resume_at = time.monotonic() + self._backoff_s
+        self._subscribe_again = self._publisher is not None  # started: subscribed once
         self.metrics.broker_failures.inc()
         log.error(
             "the broker failed; retrying later",

@@ -130,7 +130,12 @@ class MemoryRecordSource:
         self._topic.acknowledgements[held.message_id] += 1
 
     def negative_acknowledge(self, message: InboundMessage) -> None:
-        self._topic._release(self._held(message))
+        held = self._held(message)
+        if self._topic.unreachable:
+            # As with Pulsar's client: the redelivery request is dropped, and the
+            # message stays with this source until it is closed.
+            return
+        self._topic._release(held)
 
     def close(self) -> None:
         """Disconnect: what this source holds unacknowledged is redelivered."""

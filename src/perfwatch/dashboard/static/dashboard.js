@@ -518,27 +518,65 @@ async function initInputs() {
     const facts = $("inputs-facts");
     const votes = $("vote-table").querySelector("tbody");
     const clusters = $("input-cluster-table").querySelector("tbody");
+    const judged = $("cluster-change-table").querySelector("tbody");
     votes.replaceChildren();
     clusters.replaceChildren();
+    judged.replaceChildren();
     $("inputs-chart").closest("section").hidden = !data.selected;
+    $("shift-chart").closest("section").hidden = !data.selected;
     if (!data.selected) {
       facts.textContent = "No run-or-skip recommendations yet.";
+      emptyRow(judged, "No run-or-skip recommendations yet.");
+      emptyRow(votes, "No run-or-skip recommendations yet.");
       return;
     }
     const advice = data.selected.verdict.recommendation;
     facts.textContent =
-      `${advice.decision.toUpperCase()}: ${Math.round(100 * advice.run_share)}% of ` +
-      `${data.votes.length} sampled inputs vote run` +
+      (advice.summary ||
+        `${advice.decision.toUpperCase()}: ${Math.round(100 * advice.run_share)}% of ` +
+          `${data.votes.length} sampled inputs vote run`) +
       (advice.advice ? ` — ${advice.advice.message}` : "");
     await plot("inputs-chart", data.figure);
+    await plot("shift-chart", data.sample_figures.shift);
+    await plot("cluster-change-chart", data.sample_figures.clusters);
+    const interval = (row) =>
+      row.change_low === null || row.change_high === null
+        ? "none"
+        : `[${percent(100 * row.change_low)}, ${percent(100 * row.change_high)}]`;
+    const change = (row) => (row.change === null ? "" : percent(100 * row.change));
+    for (const c of data.shifts.clusters) {
+      const tr = document.createElement("tr");
+      tr.dataset.cluster = c.label;
+      cell(tr, c.name);
+      cell(tr, c.decision, `label label-${c.decision}`);
+      cell(tr, c.verdict);
+      cell(tr, `${c.run_votes} / ${c.judged}`, "num");
+      cell(tr, change(c), "num");
+      cell(tr, c.change === null ? "" : interval(c), "num");
+      cell(tr, c.inputs.join(", "));
+      judged.appendChild(tr);
+    }
+    emptyRow(
+      judged,
+      data.shifts.rule === "paper"
+        ? "The paper's rule judges the sampled inputs together: no per-cluster decision."
+        : data.shifts.reason || "No cluster was judged.",
+    );
+    const shifted = Object.fromEntries(data.shifts.inputs.map((row) => [row.input_id, row]));
     for (const v of data.votes) {
+      const row = shifted[v.input_id];
       const tr = document.createElement("tr");
       tr.dataset.input = v.input_id;
       tr.dataset.decision = v.decision;
+      if (row && row.driver) tr.classList.add("driver");
       cell(tr, v.input_id);
       cell(tr, v.label);
       cell(tr, v.group, "num");
       cell(tr, v.decision, `label label-${v.decision}`);
+      cell(tr, row ? number(row.old_s, 4) : "", "num");
+      cell(tr, row ? number(row.new_s, 4) : "", "num");
+      cell(tr, row ? change(row) : "", "num");
+      cell(tr, row && row.change !== null ? interval(row) : "", "num");
       cell(tr, String(v.time_check));
       cell(tr, v.gradient_check === null ? "not needed" : String(v.gradient_check));
       cell(tr, v.reason);

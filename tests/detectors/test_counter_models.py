@@ -1,0 +1,228 @@
+"""The clustered-counter check's per-model work in arrays (every candidate model, every
+left-out run and every block statistic at once) equals the straightforward computation:
+one least-squares fit per model per left-out run, one error and one test per model."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from perfwatch.detectors.counter_decision import (
+    deflate,
+    error_statistics,
+    excess_error_test,
+    excess_error_tests,
+)
+from perfwatch.detectors.counter_steps import block_means, fill_missing, percentage_errors
+from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
+
+TOLERANCE = {"rel": 1e-9, "abs": 1e-9}
+
+
+def straightforward_statistics(errors: np.ndarray, trim: float) -> tuple[float, float, float]:
+    """Trimmed mean, its AR(1)-inflated sampling variance and effective blocks of one
+    model's scored block errors (NaN dropped first), written out step by step."""
+    errors = errors[~np.isnan(errors)]
+    count = errors.size
+    if count == 0:
+        return math.nan, math.nan, 0.0
+    kept = count - int(trim * count)
+    ordered = np.sort(errors)
+    mean = float(np.mean(ordered[:kept]))
+    if count < 3:
+        return mean, math.nan, float(count)
+    winsorized = np.minimum(errors, ordered[kept - 1])
+    centred = winsorized - winsorized.mean()
+    total = float(np.sum(centred**2))
+    if total <= count * (1e-12 * np.max(np.abs(winsorized))) ** 2:  # equal blocks
+        return mean, 0.0, float(count)
+    rho = min(max(float(np.sum(centred[:-1] * centred[1:])) / total, 0.0), 0.8)
+    inflation = (1 + rho) / (1 - rho)
+    variance = total / (count - 1) / (count * (kept / count) ** 2) * inflation
+    return mean, variance, count / inflation
+
+
+def block_errors() -> st.SearchStrategy[np.ndarray]:
+    values = st.one_of(st.floats(0.0, 3.0), st.just(math.nan), st.just(0.25))
+    return arrays(np.float64, st.tuples(st.integers(1, 30), st.integers(1, 6)), elements=values)
+
+
+@settings(max_examples=150, deadline=None)
+@given(errors=block_errors(), trim=st.sampled_from([0.0, 0.1, 0.2, 0.5]))
+def test_block_statistics_of_many_models_equal_one_at_a_time(
+    errors: np.ndarray, trim: float
+) -> None:
+    means, variances, blocks = error_statistics(errors, trim)
+    for column in range(errors.shape[1]):
+        expected = straightforward_statistics(errors[:, column], trim)
+        got = (means[column], variances[column], blocks[column])
+        for value, reference in zip(got, expected, strict=True):
+            if math.isnan(reference):
+                assert math.isnan(value)
+            else:
+                assert value == pytest.approx(reference, **TOLERANCE)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    good=arrays(
+        np.float64,
+        st.tuples(st.integers(1, 5), st.integers(1, 7)),
+        elements=st.one_of(st.floats(0.0, 1.0), st.just(math.nan)),
+    ),
+    spread=st.floats(0.0, 0.01),
+)
+def test_tests_of_many_models_equal_one_at_a_time(good: np.ndarray, spread: float) -> None:
+    """Each row is a model; a NaN good error is a run that did not score it: the batch
+    equals the single test on that model's scored runs only."""
+    rng = np.random.default_rng(good.size)
+    error = rng.uniform(0.0, 1.0, good.shape[0])
+    variance = np.where(rng.random(good.shape[0]) < 0.2, math.nan, spread)
+    good_variances = np.where(rng.random(good.shape) < 0.2, math.nan, spread / 2)
+    blocks = rng.uniform(1.0, 40.0, good.shape[0])
+    z, pvalue, df = excess_error_tests(error, variance, good, good_variances, blocks)
+    for i in range(good.shape[0]):
+        scored = np.isfinite(good[i])
+        one = excess_error_test(
+            float(error[i]),
+            float(variance[i]),
+            list(good[i, scored]),
+            list(good_variances[i, scored]),
+            float(blocks[i]),
+        )
+        for value, reference in ((z[i], one.z), (pvalue[i], one.pvalue), (df[i], one.df)):
+            if math.isnan(reference):
+                assert math.isnan(value)
+            else:
+                assert value == pytest.approx(reference, **TOLERANCE)
+
+
+def runs_of(seed: int, count: int, observations: int = 200) -> list[CounterSamples]:
+    """``count`` runs of 9 counters in three groups driven by shared AR(1) factors, with
+    run-to-run level changes and gaps (a whole block missing in places)."""
+    rng = np.random.default_rng(seed)
+    loading = rng.uniform(0.5, 2.0, 9)
+    level = rng.uniform(10, 500, 9)
+    runs = []
+    for number in range(count):
+        factors = np.zeros((observations, 3))
+        for t in range(1, observations):
+            factors[t] = 0.8 * factors[t - 1] + 0.6 * rng.normal(size=3)
+        driven = factors[:, np.arange(9) // 3] * loading
+        shift = 1 + 0.03 * rng.normal(size=9)
+        values = level * shift * (1 + 0.1 * driven + 0.03 * rng.normal(size=(observations, 9)))
+        values[rng.integers(0, observations - 30) :][:25, rng.integers(0, 9)] = math.nan
+        values[rng.random((observations, 9)) < 0.02] = math.nan
+        runs.append(CounterSamples([f"c{i}" for i in range(9)], values, f"run {number}"))
+    return runs
+
+
+def blocks_of(run: CounterSamples, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Block means of the filled samples and of the observed ones (NaN: no real sample),
+    for every sample (steady_state="off"), whole blocks only."""
+    end = run.values.shape[0] // block * block
+    raw = run.values[:end]
+    values = block_means(fill_missing(run.values)[:end], block)
+    observed = block_means((~np.isnan(raw)).astype(float), block) > 0
+    return values, np.where(observed, values, np.nan)
+
+
+def straightforward_model(
+    fitted: np.ndarray,
+    observed: np.ndarray,
+    slices: list[slice],
+    target: tuple[np.ndarray, np.ndarray],
+    dependent: int,
+    predictors: list[int],
+    floor: float,
+    trim: float,
+) -> tuple[float, float, float, float]:
+    """One model, fitted by least squares on all baseline blocks for the target and on
+    the baseline without each run for that run: the target's error, the usual error
+    (mean + 2 SD of the held-out runs' errors), z and p."""
+
+    def fit_and_predict(rows: np.ndarray, new: np.ndarray) -> np.ndarray:
+        design = np.column_stack([np.ones(int(rows.sum())), fitted[rows][:, predictors]])
+        beta = np.linalg.lstsq(design, fitted[rows, dependent], rcond=None)[0]
+        return np.column_stack([np.ones(new.shape[0]), new[:, predictors]]) @ beta
+
+    everything = np.ones(fitted.shape[0], dtype=bool)
+    good_errors, good_variances = [], []
+    for run in slices:
+        rows = everything.copy()
+        rows[run] = False
+        errors = percentage_errors(
+            observed[run, dependent], fit_and_predict(rows, fitted[run]), floor
+        )
+        mean, variance, _ = straightforward_statistics(errors, trim)
+        if math.isfinite(mean):
+            good_errors.append(mean)
+            good_variances.append(variance)
+    values, seen = target
+    errors = percentage_errors(seen[:, dependent], fit_and_predict(everything, values), floor)
+    error, variance, blocks = straightforward_statistics(errors, trim)
+    test = excess_error_test(error, variance, good_errors, good_variances, blocks)
+    usual = float(np.mean(good_errors) + 2 * np.std(good_errors, ddof=1))
+    return error, usual, test.z, test.pvalue
+
+
+@pytest.mark.parametrize(("seed", "runs"), [(1, 4), (2, 5), (3, 3), (4, 4), (5, 6)])
+def test_every_models_leave_one_run_out_scores_equal_separate_fits(seed: int, runs: int) -> None:
+    """Every candidate's z (full model and the model without its strongest predictor), and
+    the chosen model's error, usual error and p-value, from one least-squares fit per
+    model and left-out run."""
+    block, trim = 10, 0.2
+    check = CounterRegressionCheck(steady_state="off", robust_fit=False, block=block)
+    baseline = runs_of(seed, runs)
+    target = runs_of(seed + 100, 1)[0]
+    result = check.fit(baseline).check(target)
+    prepared = [blocks_of(run, block) for run in baseline]
+    fitted = np.vstack([values for values, _ in prepared])
+    observed = np.vstack([seen for _, seen in prepared])
+    edges = np.cumsum([0] + [values.shape[0] for values, _ in prepared])
+    slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+    target_blocks = blocks_of(target, block)
+    column = {name: i for i, name in enumerate(check.names_)}
+    scale = fitted.std(axis=0)
+
+    compared = 0
+    for cluster in result.clusters:
+        if cluster.model == "none":
+            continue
+        members = [column[m] for m in check.clusters_[cluster.cluster]]
+        for name, z in cluster.candidate_z.items():
+            dependent = column[name]
+            others = [m for m in members if m != dependent]
+            floor = check.error_floor * float(np.mean(np.abs(fitted[:, dependent])))
+            variants, left_out = [others], [None]
+            if len(others) >= 2:
+                # the strongest predictor by standardized coefficient, all blocks fitted
+                design = np.column_stack([np.ones(fitted.shape[0]), fitted[:, others]])
+                beta = np.linalg.lstsq(design, fitted[:, dependent], rcond=None)[0][1:]
+                strongest = others[int(np.argmax(np.abs(beta * scale[others])))]
+                variants.append([m for m in others if m != strongest])
+                left_out.append(check.names_[strongest])
+            scores = [
+                straightforward_model(
+                    fitted, observed, slices, target_blocks, dependent, v, floor, trim
+                )
+                for v in variants
+            ]
+            chosen = max(range(len(scores)), key=lambda v: scores[v][2])
+            best = scores[chosen]
+            assert z == pytest.approx(best[2], **TOLERANCE)
+            if name == cluster.dependent:
+                assert cluster.left_out == left_out[chosen]
+                assert cluster.error == pytest.approx(best[0], **TOLERANCE)
+                assert cluster.good_run_error == pytest.approx(best[1], **TOLERANCE)
+                assert cluster.z == pytest.approx(best[2], **TOLERANCE)
+                pvalue = deflate(best[3], result.tail_inflation)
+                assert cluster.pvalue == pytest.approx(pvalue, **TOLERANCE)
+            compared += 1
+    assert compared >= 5

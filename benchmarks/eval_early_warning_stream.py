@@ -1,7 +1,7 @@
 """The early warning's delays through the stream: generated series go through the real
 processor, and the verdicts it publishes are timed.
 
-    python benchmarks/eval_early_warning_stream.py --seeds 2000:2050 [--json out.json]
+    python benchmarks/eval_early_warning_stream.py --seeds 2000:2030 [--json out.json]
 
 The series are those of eval_early_warning.py (noise families of ``perf_histories``,
 60-200 stable runs, then a step of 1, 2, 3 or 5 noise standard deviations either way and
@@ -122,7 +122,7 @@ def evaluate(seeds: range) -> dict[str, dict[str, object]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="2000:2050", help="a:b, the seed range")
+    parser.add_argument("--seeds", default="2000:2030", help="a:b, the seed range")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
     a, b = (int(v) for v in args.seeds.split(":"))

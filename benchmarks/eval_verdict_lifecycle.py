@@ -34,7 +34,7 @@ import argparse
 import json
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -144,8 +144,13 @@ def verdict_stream(series: list[Series], policy: VerdictPolicy) -> list[dict[str
     """Every verdict the processor publishes for the workload, in order."""
     base = Config()
     config = base.model_copy(update={"verdicts": base.verdicts.model_copy(update=policy.__dict__)})
+    return published(records(series), config)
+
+
+def published(keyed_records: Iterable[tuple[str, bytes]], config: Config) -> list[dict[str, Any]]:
+    """Every verdict one processor (SQLite store) publishes for the records, in order."""
     topic = MemoryRecordTopic(batch_size=50)
-    for key, payload in records(series):
+    for key, payload in keyed_records:
         topic.publish(payload, key=key)
     sink = MemoryVerdictSink()
     with (

@@ -113,7 +113,7 @@ def records(series: list[Series]) -> list[tuple[str, bytes]]:
 
 
 def verdict_stream(series: list[Series]) -> list[dict[str, Any]]:
-    return published(Config(), records(series))
+    return published(records(series), Config())
 
 
 def commit_number(commit: str) -> int:

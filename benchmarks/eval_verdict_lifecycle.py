@@ -144,13 +144,13 @@ def verdict_stream(series: list[Series], policy: VerdictPolicy) -> list[dict[str
     """Every verdict the processor publishes for the workload, in order."""
     base = Config()
     config = base.model_copy(update={"verdicts": base.verdicts.model_copy(update=policy.__dict__)})
-    return published(config, records(series))
+    return published(records(series), config)
 
 
-def published(config: Config, messages: Iterable[tuple[str, bytes]]) -> list[dict[str, Any]]:
-    """Every verdict the processor (a SQLite store) publishes for `messages`, in order."""
+def published(keyed_records: Iterable[tuple[str, bytes]], config: Config) -> list[dict[str, Any]]:
+    """Every verdict one processor (SQLite store) publishes for the records, in order."""
     topic = MemoryRecordTopic(batch_size=50)
-    for key, payload in messages:
+    for key, payload in keyed_records:
         topic.publish(payload, key=key)
     sink = MemoryVerdictSink()
     with (

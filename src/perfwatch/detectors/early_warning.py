@@ -8,15 +8,23 @@ that a run looks wrong, and says so again when the next runs are back:
     a = ew.assess(runs)                   # the runs watched after it, oldest first
     a.state                               # "clear", "suspected", "withdrawn", "insufficient"
 
-The segment's location and scale are robust (median and the normal-consistent
-median absolute deviation), so outliers in the history do not widen the
-interval; each side's scale is at least what the segment's 10 % tail quantile
-on that side implies, so skewed timing noise is judged by its long side.  A
-run's score is its distance from the median in units of the prediction
-standard error ``scale * sqrt(1 + 1/n)``, compared with a Student
-t quantile; the degrees of freedom are those of a standard deviation with the
-MAD's efficiency (37 % of the segment).  Two rules share the stated false-alarm
-rate per run equally:
+The segment's location is its median.  Each side of it gets its own scale
+and tail: with ``tails="student"`` (the default) the deviations on that side
+are fitted by a half Student t, its scale by maximum likelihood for each
+degrees of freedom on a grid, and the degrees of freedom the heaviest tail
+whose log-likelihood is within ``tail_slack`` of the best (the data cannot
+tell a t3 from a Gaussian tail well in a hundred runs, and a tail taken too
+light costs false alarms while one taken too heavy costs only delay).  With
+``tails="normal"`` each side is Gaussian: the median absolute deviation (MAD),
+at least what the segment's ``tail_quantile`` on that side implies.
+
+A run's predictive tail probability is that of a Student t whose degrees of
+freedom combine the side's tail with the uncertainty of the scale (a standard
+deviation with the MAD's efficiency, 37 % of the segment: ``1/df = 1/df_tail
++ 1/df_scale``), at its distance from the median over ``scale * sqrt(1 +
+1/n)``.  Its score ``z`` is the normal quantile of that probability (a
+Gaussian-equivalent distance, so one limit serves every side and tail).  Two
+rules share the stated false-alarm rate per run equally:
 
 - one run: the score is beyond the single-run limit;
 - two runs: this run and the one before are both beyond a lower limit on the
@@ -24,9 +32,10 @@ rate per run equally:
   ``2 q**2``), so a step of about 3 sigma is seen on its second run.
 
 A suspicion stays open while the runs after it stay beyond the lower limit on
-its side, and is withdrawn on the first run that is back.  With Gaussian noise
-the rate is at most the stated one; heavier tails than Gaussian raise it
-(measured in docs/edivisive.md).
+its side, and is withdrawn on the first run that is back.  The false-alarm
+rate holds when the fitted tail is at least as heavy as the noise's; the rate
+measured on Gaussian, lognormal, bimodal and Student t3 noise is in
+docs/edivisive.md.
 """
 
 from __future__ import annotations
@@ -37,13 +46,14 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats
+from scipy import special, stats
 from sklearn.base import BaseEstimator
 
 __all__ = ["EarlyWarning", "EarlyWarningAssessment"]
 
 State = Literal["clear", "suspected", "withdrawn", "insufficient"]
 Rule = Literal["single", "pair"]
+Tails = Literal["student", "normal"]
 
 # Normal-consistency factor of the median absolute deviation, and its
 # asymptotic efficiency relative to the standard deviation at the normal.
@@ -52,16 +62,27 @@ _MAD_EFFICIENCY = 0.37
 # The mean absolute deviation's normal-consistency factor (sqrt(pi/2)), the
 # scale used when more than half the segment is one value (MAD = 0).
 _MEAN_AD_TO_SIGMA = math.sqrt(math.pi / 2)
+# The half Student t fit's grid of 1 / degrees of freedom (0: Gaussian, 0.8: df
+# 1.25, in steps of 0.1), each one's upper quartile (where the EM for its scale starts), and the
+# fixed number of EM steps (the scale is then within 2 % of its limit for df
+# 1.5, 0.5 % for df 3 and above).
+_INVERSE_DF = np.linspace(0.0, 0.8, 9)
+_QUARTILE = np.array(
+    [stats.norm.isf(0.25)] + [stats.t.isf(0.25, 1.0 / v) for v in _INVERSE_DF[1:]]
+)[:, None]
+_EM_STEPS = 12
 
 
 @dataclass(frozen=True)
 class EarlyWarningAssessment:
     """The verdict on the newest run and its evidence.
 
-    ``z`` holds the score of every watched run (NaN for a missing one); ``runs``
+    ``z`` holds the score of every watched run (NaN for a missing one), in
+    Gaussian-equivalent standard errors; ``runs``
     the indices (into the watched runs) of the run(s) that opened the current
     or just withdrawn suspicion; ``p`` the two-sided prediction p-value of the
-    newest run.
+    newest run; ``tail_df_up`` / ``tail_df_down`` each side's fitted degrees of
+    freedom (``inf`` for a Gaussian tail).
     """
 
     state: State
@@ -74,6 +95,8 @@ class EarlyWarningAssessment:
     scale: float
     scale_up: float
     scale_down: float
+    tail_df_up: float
+    tail_df_down: float
     n_segment: int
     single_limit: float
     pair_limit: float
@@ -82,11 +105,16 @@ class EarlyWarningAssessment:
 class EarlyWarning(BaseEstimator):
     """Suspects a run far outside its segment; see the module docstring.
 
-    false_alarm_rate: expected suspicions per stable run with Gaussian noise
-        (shared equally between the one-run and the two-run rule).
+    false_alarm_rate: expected suspicions per stable run when the fitted tails
+        are the noise's (shared equally between the one-run and the two-run rule).
     min_segment: fewer values than this in the segment give "insufficient".
-    tail_quantile: each side's scale is at least the segment's distance from
-        the median to this quantile (to 1 - it above), over the normal's.
+    tails: "student" fits each side's tail (half Student t); "normal" takes it
+        Gaussian.
+    tail_slack: with "student", the heaviest tail whose log-likelihood is
+        within this of the best fit's is taken (0: the best fit).
+    tail_quantile: with "normal", each side's scale is at least the segment's
+        distance from the median to this quantile (to 1 - it above), over the
+        normal's.
     log: judge log values when every value of the segment is positive.
     """
 
@@ -94,11 +122,15 @@ class EarlyWarning(BaseEstimator):
         self,
         false_alarm_rate: float = 0.001,
         min_segment: int = 8,
+        tails: Tails = "student",
+        tail_slack: float = 0.25,
         tail_quantile: float = 0.1,
         log: bool = False,
     ) -> None:
         self.false_alarm_rate = false_alarm_rate
         self.min_segment = min_segment
+        self.tails = tails
+        self.tail_slack = tail_slack
         self.tail_quantile = tail_quantile
         self.log = log
 
@@ -110,6 +142,10 @@ class EarlyWarning(BaseEstimator):
             raise ValueError(f"tail_quantile must be in (0, 0.5), got {self.tail_quantile!r}")
         if self.min_segment < 2:
             raise ValueError(f"min_segment must be at least 2, got {self.min_segment!r}")
+        if self.tails not in ("student", "normal"):
+            raise ValueError(f"tails must be 'student' or 'normal', got {self.tails!r}")
+        if not self.tail_slack >= 0.0:
+            raise ValueError(f"tail_slack must be at least 0, got {self.tail_slack!r}")
         x = np.asarray(segment, dtype=np.float64).ravel()
         x = x[~np.isnan(x)]
         if np.isinf(x).any():
@@ -118,24 +154,31 @@ class EarlyWarning(BaseEstimator):
         self.log_ = bool(self.log and self.n_segment_ > 0 and (x > 0).all())
         y = np.log(x) if self.log_ else x
         self.center_, self.scale_ = _robust_location_scale(y)
-        # Each side's scale is at least what its tail quantile implies, so a
-        # skewed segment's long side is judged by its own spread.
-        self.scale_up_ = self.scale_down_ = self.scale_
-        if self.n_segment_ > 0:
-            z_tail = float(stats.norm.isf(self.tail_quantile))
-            low, high = np.quantile(y, [self.tail_quantile, 1.0 - self.tail_quantile])
-            self.scale_up_ = max(self.scale_, float(high - self.center_) / z_tail)
-            self.scale_down_ = max(self.scale_, float(self.center_ - low) / z_tail)
-        df = max(1.0, _MAD_EFFICIENCY * (self.n_segment_ - 1))
+        self.df_ = max(1.0, _MAD_EFFICIENCY * (self.n_segment_ - 1))
+        sides = [self._side(y - self.center_), self._side(self.center_ - y)]
+        (self.scale_up_, self.tail_df_up_), (self.scale_down_, self.tail_df_down_) = sides
         half = self.false_alarm_rate / 2.0
-        self.single_limit_ = float(stats.t.isf(half / 2.0, df))
-        self.pair_limit_ = float(stats.t.isf(math.sqrt(half / 2.0), df))
-        self.df_ = df
+        self.single_limit_ = -float(special.ndtri(half / 2.0))
+        self.pair_limit_ = -float(special.ndtri(math.sqrt(half / 2.0)))
         return self
 
+    def _side(self, dev: np.ndarray) -> tuple[float, float]:
+        """One side's scale and tail degrees of freedom, from the deviations
+        (positive on that side)."""
+        if self.n_segment_ == 0:
+            return self.scale_, math.inf
+        # over half the segment one value (MAD 0): the Gaussian fallback scale
+        if self.tails == "student" and float(np.median(np.abs(dev))) > 0.0:
+            return _half_t_fit(dev[dev > 0.0], self.tail_slack)
+        # each side's scale is at least what its tail quantile implies, so a
+        # skewed segment's long side is judged by its own spread
+        z_tail = float(stats.norm.isf(self.tail_quantile))
+        reach = float(np.quantile(dev, 1.0 - self.tail_quantile))
+        return max(self.scale_, reach / z_tail), math.inf
+
     def scores(self, runs: ArrayLike) -> np.ndarray:
-        """Each run's distance from the segment's median in prediction standard errors
-        (of the segment's side the run is on)."""
+        """Each run's Gaussian-equivalent distance from the segment's median: the
+        normal quantile of its predictive tail probability on its side."""
         r = np.asarray(runs, dtype=np.float64).ravel()
         if np.isinf(r).any():
             raise ValueError("runs: values must be finite or NaN")
@@ -144,11 +187,14 @@ class EarlyWarning(BaseEstimator):
                 raise ValueError("runs: values must be positive on the log scale")
             r = np.log(r)
         dev = r - self.center_
-        scale = np.where(dev > 0.0, self.scale_up_, self.scale_down_)
+        up = dev > 0.0
+        scale = np.where(up, self.scale_up_, self.scale_down_)
+        df = 1.0 / (1.0 / np.where(up, self.tail_df_up_, self.tail_df_down_) + 1.0 / self.df_)
         inflate = math.sqrt(1.0 + 1.0 / max(self.n_segment_, 1))
         with np.errstate(divide="ignore", invalid="ignore"):
             # a constant segment: any other value is infinitely far
-            return np.where(dev == 0.0, 0.0, dev / (scale * inflate))
+            t = np.where(dev == 0.0, 0.0, np.abs(dev) / (scale * inflate))
+            return np.sign(dev) * -special.ndtri(special.stdtr(df, -t))
 
     def alarms(self, runs: ArrayLike) -> np.ndarray:
         """For each run, the rule that fires on it: 0 none, 1 one run, 2 two runs
@@ -181,7 +227,7 @@ class EarlyWarning(BaseEstimator):
         else:
             state = "insufficient"
         newest = float(z[-1])
-        p = float(2.0 * stats.t.sf(abs(newest), self.df_)) if newest == newest else math.nan
+        p = float(2.0 * stats.norm.sf(abs(newest))) if newest == newest else math.nan
         direction: Literal["up", "down"] | None = None
         if sign > 0:
             direction = "up"
@@ -198,6 +244,8 @@ class EarlyWarning(BaseEstimator):
             scale=float(self.scale_),
             scale_up=float(self.scale_up_),
             scale_down=float(self.scale_down_),
+            tail_df_up=float(self.tail_df_up_),
+            tail_df_down=float(self.tail_df_down_),
             n_segment=self.n_segment_,
             single_limit=self.single_limit_,
             pair_limit=self.pair_limit_,
@@ -228,3 +276,34 @@ def _robust_location_scale(y: np.ndarray) -> tuple[float, float]:
     if scale == 0.0:
         scale = _MEAN_AD_TO_SIGMA * float(dev.mean())
     return center, scale
+
+
+def _half_t_fit(dev: np.ndarray, slack: float) -> tuple[float, float]:
+    """Scale and degrees of freedom of a half Student t fitted to positive
+    deviations: for each degrees of freedom on the grid the maximum-likelihood
+    scale (EM), then the heaviest tail within ``slack`` log-likelihood of the
+    best.  Fewer than 3 deviations: their root mean square, Gaussian tail."""
+    d2 = dev * dev
+    if d2.shape[0] < 3:
+        return math.sqrt(float(d2.mean())) if d2.shape[0] else 0.0, math.inf
+    inv = _INVERSE_DF[:, None]
+    s2 = (float(np.median(dev)) / _QUARTILE) ** 2
+    for _ in range(_EM_STEPS):
+        # Student t's EM weights (nu + 1) / (nu + u^2), written in 1 / nu
+        s2 = ((1.0 + inv) / (1.0 + inv * d2 / s2) * d2).mean(axis=1, keepdims=True)
+    u2 = d2 / s2
+    heavy = _INVERSE_DF[1:, None]
+    nu = 1.0 / heavy
+    # the half t's log density minus log 2, less the terms shared by every fit
+    log_kernel = np.empty_like(u2)
+    log_kernel[0] = -0.5 * u2[0] - 0.5 * math.log(2.0 * math.pi)
+    log_kernel[1:] = (
+        special.gammaln((nu + 1.0) / 2.0)
+        - special.gammaln(nu / 2.0)
+        - 0.5 * np.log(nu * math.pi)
+        - (nu + 1.0) / 2.0 * np.log1p(u2[1:] * heavy)
+    )
+    loglik = log_kernel.sum(axis=1) - 0.5 * d2.shape[0] * np.log(s2[:, 0])
+    k = int(np.nonzero(loglik >= loglik.max() - slack)[0].max())
+    df = 1.0 / _INVERSE_DF[k] if _INVERSE_DF[k] > 0.0 else math.inf
+    return math.sqrt(float(s2[k, 0])), df

@@ -401,6 +401,8 @@ class ChangePointHandler:
                 "scale": assessment.scale,
                 "scale_up": assessment.scale_up,
                 "scale_down": assessment.scale_down,
+                "tail_df_up": _finite(assessment.tail_df_up),
+                "tail_df_down": _finite(assessment.tail_df_down),
             },
             "single_limit": assessment.single_limit,
             "pair_limit": assessment.pair_limit,

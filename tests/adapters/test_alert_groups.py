@@ -97,6 +97,25 @@ def test_a_member_that_joins_again_shows_the_evidence_it_joined_with() -> None:
     assert due.message["incident"]["members"][0]["forward_change_percent"] == 6.5
 
 
+def test_a_members_evidence_goes_to_the_incident_that_lists_it() -> None:
+    """A finding grouped by its commit range under an earlier commit's incident still
+    names its own commit's incident; its evidence joins the group that lists it."""
+    stream, groups = IncidentStream(), AlertGroups[int](wait_s=30, interval_s=300)
+    groups.offer(stream.change(joined=["a", "b"]), 1, now=0)
+    own_commit = "5be1aa07"
+    assert groups.offer(member_update("b", 9.0, commit=own_commit), 2, now=10)
+    [due] = groups.due(30)
+    assert due.held == [1, 2]
+    assert due.message is not None
+    changes = {
+        m["finding_id"]: m["forward_change_percent"] for m in due.message["incident"]["members"]
+    }
+    assert changes == {"a": 5.0, "b": 9.0}
+    # once it left the incident, its evidence belongs to no group the forwarder knows
+    groups.offer(stream.change(left=["b"]), 3, now=40)
+    assert not groups.offer(member_update("b", 12.0, commit=own_commit), 4, now=50)
+
+
 def test_a_change_point_of_an_incident_not_seen_is_not_held() -> None:
     groups = AlertGroups[int]()
     assert not groups.offer(member_update("a", 9.0), 1, now=0)

@@ -67,6 +67,9 @@ class AlertGroups(Generic[Held]):
         self.interval_s = interval_s
         self.capacity = capacity
         self._groups: OrderedDict[str, _Group[Held]] = OrderedDict()
+        # finding id -> the incident whose newest verdict lists it: a finding grouped
+        # by its commit range under an earlier commit names its own commit's incident
+        self._incident_of: dict[str, str] = {}
 
     def offer(self, verdict: Mapping[str, Any], held: Held, now: float) -> bool:
         """Take the verdict into its incident's group; False if it belongs to none.
@@ -87,9 +90,12 @@ class AlertGroups(Generic[Held]):
             for finding_id in listed(incident, "joined"):
                 # (re)joined with its current evidence: older updates no longer apply
                 group.evidence.pop(str(finding_id), None)
+            self._index_members(incident_id, incident)
         else:
             finding = block(verdict, "finding")
-            found = self._groups.get(str(finding.get("incident", "")))
+            finding_id = str(finding.get("id", ""))
+            incident_id = self._incident_of.get(finding_id, str(finding.get("incident", "")))
+            found = self._groups.get(incident_id)
             if found is None or not str(kind).startswith("change_point."):
                 return False
             group = found
@@ -150,12 +156,21 @@ class AlertGroups(Generic[Held]):
         held, group.held, group.due = group.held, [], None
         return DueGroup(message, held)
 
+    def _index_members(self, incident_id: str, incident: Mapping[str, Any]) -> None:
+        for finding_id in listed(incident, "left"):
+            if self._incident_of.get(str(finding_id)) == incident_id:
+                del self._incident_of[str(finding_id)]
+        for finding_id in _member_ids(listed(incident, "members")):
+            self._incident_of[finding_id] = incident_id
+
     def _remember(self, incident_id: str, group: _Group[Held]) -> None:
         self._groups[incident_id] = group
         if len(self._groups) > self.capacity:
             idle = next((key for key, old in self._groups.items() if not old.held), None)
             if idle is not None:
                 del self._groups[idle]
+                for finding_id in [f for f, i in self._incident_of.items() if i == idle]:
+                    del self._incident_of[finding_id]
 
 
 def is_news(posted: int, now: int) -> bool:

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.inputs import (
     InputClustering,
+    Recommendation,
     RunOrSkipRecommender,
     input_table,
     paired_change,
@@ -88,9 +89,9 @@ def decide(
     clustering: InputClustering,
     sample: list[str],
     timing: Timing,
-) -> tuple[str, str, float, float]:
-    """Paired and paper decisions on one sample; seconds spent profiling it, mean timing
-    passes per version and input."""
+) -> tuple[Recommendation, str, float, float]:
+    """Paired recommendation and paper decision on one sample; seconds spent profiling it,
+    mean timing passes per version and input."""
     started = time.perf_counter()
     reference, update = [], []
     for input_id in sample:
@@ -112,7 +113,7 @@ def decide(
         clustering, baseline, update, reference=reference
     )
     passes = float(np.mean([len(p.cpu_times_s or ()) for p in update]))
-    return paired.decision, paper.decision, spent, passes
+    return paired, paper.decision, spent, passes
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,9 @@ def main() -> int:
                 paired, paper, spent, used = decide(
                     made, old, new, baseline, clustering, sample, timing
                 )
-                right[name][0] += paired == truths[name][0]
+                right[name][0] += paired.decision == truths[name][0]
+                if paired.decision != truths[name][0]:
+                    print(f"  decision {decision}, {name}: wrong: {paired.summary()}")
                 right[name][1] += paper == truths[name][0]
                 costs[name] += spent
                 passes[name] += used

@@ -4,7 +4,8 @@ The code bases (benchmarks/unseen): ``exprcalc``, an expression tokenizer,
 parser and evaluator, and ``series``, numeric kernels over float series; each
 has inputs of three kinds and five updates (benchmarks/unseen/__init__.py):
 a bottleneck that adds statements, a slowdown confined to one kind of input,
-a slowdown executing the same statements, a refactor and a speed-up.
+a slowdown executing the same statements, a refactor and a speed-up; and the
+old code judged against itself (``unchanged``).
 
 Ground truth, by repeats: every input profiled on the old and the new code,
 passes alternating (``--truth-passes``); an update needs the suite ("run")
@@ -15,9 +16,11 @@ and an instruction count sees only in part.
 
 Each decision: the old code's full suite profiled in interleaved rounds,
 clustered, a sample of ``--per-cluster`` inputs per cluster (sampling seed =
-the decision's number) profiled on the old and new code alternately, judged by
-the paired rule (the default) and by the paper's literal rule (time thresholds,
-slope check, 38%) on the same profiles.
+the decision's number) profiled on the old and new code alternately
+(``--passes`` each; with ``--max-passes``, more while the input's interval is
+wider than the acceptable slow-down; with ``--min-pass-ms``, short inputs over
+several calls per pass), judged by the paired rule (the default) and by the
+paper's literal rule (time thresholds, slope check, 38%) on the same profiles.
 
     python benchmarks/eval_run_or_skip_unseen.py [--decisions 10] [--input-seed 2]
 """
@@ -28,6 +31,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -38,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.inputs import (
     InputClustering,
+    Recommendation,
     RunOrSkipRecommender,
     input_table,
     paired_change,
@@ -45,6 +50,10 @@ from perfwatch.detectors.inputs import (
 )
 from perfwatch.profiler.core import profile_inputs, profile_versions
 from unseen import CODE_BASES, UPDATES, Inputs, call, inputs, load
+
+# the null case: the same code as a module of its own, so that the two "versions" are
+# separate objects as with a real update
+UNCHANGED = "unchanged"
 
 
 def versions(old: ModuleType, new: ModuleType, argument: object) -> dict[str, Callable[[], object]]:
@@ -79,15 +88,22 @@ def decide(
     baseline: list[InputProfile],
     clustering: InputClustering,
     sample: list[str],
-    passes: int,
-) -> tuple[str, str, float]:
-    """Paired and paper decisions on one sample; seconds spent profiling it."""
+    timing: Timing,
+) -> tuple[Recommendation, str, float, float]:
+    """Paired recommendation and paper decision on one sample; seconds spent profiling it,
+    mean timing passes per version and input."""
     started = time.perf_counter()
     reference, update = [], []
     for input_id in sample:
         _, argument, size = made[input_id]
         pair = profile_versions(
-            versions(old, new, argument), input_id=input_id, size=size, repeats=passes
+            versions(old, new, argument),
+            input_id=input_id,
+            size=size,
+            repeats=timing.passes,
+            min_pass_s=timing.min_pass_s,
+            max_repeats=timing.max_passes,
+            precision=timing.precision,
         )
         reference.append(pair["old"])
         update.append(pair["new"])
@@ -96,7 +112,18 @@ def decide(
     paper = RunOrSkipRecommender(rule="paper", acceptable_slowdown=0.38).recommend(
         clustering, baseline, update, reference=reference
     )
-    return paired.decision, paper.decision, spent
+    passes = float(np.mean([len(p.cpu_times_s or ()) for p in update]))
+    return paired, paper.decision, spent, passes
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How each sampled input is timed (see perfwatch.profiler.core.profile_versions)."""
+
+    passes: int
+    max_passes: int
+    min_pass_s: float
+    precision: float | None
 
 
 def main() -> int:
@@ -107,18 +134,46 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="input sizes times this")
     parser.add_argument("--baseline-repeats", type=int, default=3)
     parser.add_argument("--passes", type=int, default=15, help="timing passes per version")
+    parser.add_argument(
+        "--max-passes",
+        type=int,
+        default=None,
+        help="go on timing, up to this many passes, while an input's interval is wider than "
+        "the acceptable slow-down (default: --passes, no more)",
+    )
+    parser.add_argument(
+        "--min-pass-ms",
+        type=float,
+        default=0.0,
+        help="calls per timing pass so that a pass lasts this long (default 0: one call)",
+    )
     parser.add_argument("--truth-passes", type=int, default=11)
     parser.add_argument("--per-cluster", type=int, default=3)
     parser.add_argument("--acceptable-slowdown", type=float, default=0.05)
     parser.add_argument("--code-bases", nargs="+", choices=CODE_BASES, default=CODE_BASES)
-    parser.add_argument("--updates", nargs="+", choices=tuple(UPDATES), default=tuple(UPDATES))
+    parser.add_argument(
+        "--updates",
+        nargs="+",
+        choices=(*UPDATES, UNCHANGED),
+        default=(*UPDATES, UNCHANGED),
+        help=f"code updates to judge; {UNCHANGED!r}: the old code loaded a second time",
+    )
     args = parser.parse_args()
+    max_passes = args.passes if args.max_passes is None else args.max_passes
+    timing = Timing(
+        args.passes,
+        max_passes,
+        args.min_pass_ms / 1000,
+        args.acceptable_slowdown if max_passes > args.passes else None,
+    )
 
     rows = []
     for code_base in args.code_bases:
         made = inputs(code_base, per_kind=args.per_kind, seed=args.input_seed, scale=args.scale)
         old = load(code_base)
-        updates = {name: load(code_base, name) for name in args.updates}
+        updates = {
+            name: load(code_base, None if name == UNCHANGED else name) for name in args.updates
+        }
         kinds_of = sorted({kind for kind, _, _ in made.values()})
         print(f"\n== {code_base}: {len(made)} inputs of kinds {', '.join(kinds_of)}")
         truths = {}
@@ -128,6 +183,7 @@ def main() -> int:
             print(f"  truth {name:<16} {truths[name][0]:<4}  median change per kind: {kinds}")
         right = {name: [0, 0] for name in updates}
         costs = {name: 0.0 for name in updates}
+        passes = {name: 0.0 for name in updates}
         for decision in range(args.decisions):
             calls = {i: call(old, argument) for i, (_, argument, _) in made.items()}
             sizes = {i: size for i, (_, _, size) in made.items()}
@@ -140,12 +196,15 @@ def main() -> int:
             chosen = sample_inputs(clustering, per_cluster=args.per_cluster, seed=decision)
             sample = [i for members in chosen.values() for i in members]
             for name, new in updates.items():
-                paired, paper, spent = decide(
-                    made, old, new, baseline, clustering, sample, args.passes
+                paired, paper, spent, used = decide(
+                    made, old, new, baseline, clustering, sample, timing
                 )
-                right[name][0] += paired == truths[name][0]
+                right[name][0] += paired.decision == truths[name][0]
+                if paired.decision != truths[name][0]:
+                    print(f"  decision {decision}, {name}: wrong: {paired.summary()}")
                 right[name][1] += paper == truths[name][0]
                 costs[name] += spent
+                passes[name] += used
             quality = clustering.silhouette_
             print(
                 f"  decision {decision}: {len(clustering.clusters_)} groups, silhouette "
@@ -154,17 +213,26 @@ def main() -> int:
                 f"{ {n: r[0] for n, r in right.items()} }"
             )
         for name in updates:
-            rows.append((code_base, name, truths[name], right[name], costs[name] / args.decisions))
+            rows.append(
+                (
+                    code_base,
+                    name,
+                    truths[name],
+                    right[name],
+                    costs[name] / args.decisions,
+                    passes[name] / args.decisions,
+                )
+            )
     print(
         "\n| code base | update | truth | median change per kind | paired rule | paper's rule "
-        "| sample profiling (old + new) |"
+        "| sample profiling (old + new) | passes per input |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for code_base, name, (expected, per_kind), (paired, paper), cost in rows:
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for code_base, name, (expected, per_kind), (paired, paper), cost, used in rows:
         kinds = ", ".join(f"{change:+.1%}" for change in per_kind.values())
         print(
             f"| {code_base} | {name} | {expected} | {kinds} | {paired}/{args.decisions} | "
-            f"{paper}/{args.decisions} | {cost:.2f} s |"
+            f"{paper}/{args.decisions} | {cost:.2f} s | {used:.1f} |"
         )
     return 0
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -252,3 +253,24 @@ def test_published_profiles_form_a_valid_record() -> None:
     parsed = Record.from_json(record)
     assert parsed.inputs is not None and parsed.inputs.profiles == profiles
     assert parsed.metrics["inputs_cpu_time_s"].value == pytest.approx(0.004)
+
+
+def test_the_cost_counts_every_call_of_a_pass(files: dict[str, Path], tmp_path: Path) -> None:
+    # the same timings, as if each pass had called the code 10 times (times per call)
+    update = read_input_profile(files["update"]).profiles
+    reference = read_input_profile(files["reference"]).profiles
+    repeated = [replace(p, calls_per_pass=10) for p in update]
+    status, output = invoke(
+        "recommend",
+        "--baseline", str(files["baseline"]),
+        "--update", str(write(tmp_path / "update.json", "update_sample", repeated)),
+        "--reference", str(files["reference"]),
+    )  # fmt: skip
+    assert status == 0, output
+    spent = sum(10 * sum(p.wall_times_s or ()) for p in update) + sum(
+        sum(p.wall_times_s or ()) for p in reference
+    )
+    assert (
+        f"Cost: timing the {len(update)} sampled inputs (old and new code; {len(update)} short "
+        f"inputs over up to 10 calls per pass) took {spent:.2f} s;"
+    ) in output

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from perfwatch.cli.main import main
+from perfwatch.profiler.alternate import Version, profile_alternately
 from perfwatch.readers.input_profile import read_input_profile
 
 OLD = """
@@ -157,3 +158,40 @@ def test_the_same_code_on_both_sides_skips(baseline: Path) -> None:
     # at 99.9 % per input, chance alone runs it in under 1 % of tries (at 95 %, far more).
     output = judge(baseline, OLD, "unchanged", "--confidence", "0.999")
     assert output.splitlines()[0].startswith("Recommendation: SKIP"), output
+
+
+LOGGING_TEST = """
+import os
+
+
+def test_logged():
+    with open(os.environ["PASS_LOG"], "a", encoding="utf-8") as log:
+        log.write(os.environ["VERSION_NAME"] + "\\n")
+"""
+
+
+def test_within_a_round_the_versions_take_turns_pass_by_pass(tmp_path: Path) -> None:
+    log = tmp_path / "passes.log"
+    versions = []
+    for name in ("old", "new"):
+        root = tmp_path / name
+        (root / "tests").mkdir(parents=True)
+        (root / "tests" / "test_log.py").write_text(LOGGING_TEST)
+        versions.append(
+            Version(name, root, environment={"PASS_LOG": str(log), "VERSION_NAME": name})
+        )
+    only = tmp_path / "sample.txt"
+    only.write_text("tests/test_log.py::test_logged\n")
+    run = profile_alternately(versions, ["tests"], only=only, rounds=2, repeats=4, warmup=1)
+    # per version: warm-up, 4 timing passes, memory and counting in the first round;
+    # warm-up and 4 timing passes in the second
+    order = log.read_text().split()
+    assert len(order) == 2 * 7 + 2 * 5
+    first_round, second_round = order[:14], order[14:]
+    # one pass of each in turn, the first to go swapped every turn: the old code first
+    # in the first round, the new code in the second
+    assert first_round == ["old", "new", "new", "old"] * 3 + ["old", "new"]
+    assert second_round == ["new", "old", "old", "new"] * 2 + ["new", "old"]
+    for profiles in run.profiles.values():
+        (profile,) = profiles.profiles
+        assert profile.timing_rounds == 2 and len(profile.cpu_times_s or ()) == 8

@@ -140,3 +140,44 @@ def test_bad_repeats_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--perfwatch-profile=out.json", "--perfwatch-repeats=0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--perfwatch-repeats must be at least 1, got 0*"])
+
+
+def test_a_short_test_is_called_several_times_per_timing_pass(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_short="""
+CALLS = []
+
+def test_short():
+    CALLS.append(1)
+
+def test_zz_count(record_property):
+    record_property("calls", len(CALLS))
+"""
+    )
+    result = pytester.runpytest(
+        "--perfwatch-profile=out.json",
+        "--perfwatch-repeats=3",
+        "--perfwatch-warmup=1",
+        "--perfwatch-min-pass-ms=1",
+        "--junitxml=report.xml",
+        "test_short.py",
+    )
+    result.assert_outcomes(passed=2)
+    profile_file = read_input_profile(pytester.path / "out.json")
+    short = {p.input_id: p for p in profile_file.profiles}["test_short.py::test_short"]
+    calls = short.calls_per_pass
+    # an empty test takes far less than 1 ms: many calls per pass
+    assert calls is not None and calls >= 10
+    assert len(short.cpu_times_s or ()) == 3
+    assert profile_file.measurement["min_timing_pass_s"] == 0.001
+    # warm-up, 3 passes of `calls` calls, memory, counting, after the calibration
+    report = (pytester.path / "report.xml").read_text()
+    counted = int(report.split('name="calls" value="')[1].split('"')[0])
+    assert counted > 1 + 3 * calls + 2
+
+
+def test_a_negative_minimum_pass_time_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest("--perfwatch-profile=out.json", "--perfwatch-min-pass-ms=-1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--perfwatch-min-pass-ms must be from 0 to 60000, got -1.0*"])

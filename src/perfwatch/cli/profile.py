@@ -52,6 +52,15 @@ PYTEST_INTERRUPTED = 2
     "--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Warm-up passes."
 )
 @click.option(
+    "--min-pass-ms",
+    type=click.FloatRange(min=0, max=60_000),
+    default=0.0,
+    show_default=True,
+    help="Call a short test several times per timing pass (1, 2, 5, 10, ...), so that a "
+    "pass lasts at least this long; the times are those of one call. A test of a tenth of "
+    "a millisecond timed alone carries every interruption of the process in full.",
+)
+@click.option(
     "--only",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Profile only the inputs (test node ids) listed in this file, e.g. a sample "
@@ -125,6 +134,7 @@ def profile(
     output: Path,
     repeats: int,
     warmup: int,
+    min_pass_ms: float,
     only: Path | None,
     kind: str | None,
     old_dir: Path | None,
@@ -172,7 +182,15 @@ def profile(
         ]
         reference_path = reference_out or output.with_name(f"{output.stem}.old{output.suffix}")
         status = _alternate(
-            versions, pytest_args, only, rounds, repeats, warmup, output, reference_path
+            versions,
+            pytest_args,
+            only,
+            rounds,
+            repeats,
+            warmup,
+            min_pass_ms / 1000,
+            output,
+            reference_path,
         )
         if config is not None:
             record = profile_record(_read_profiles(output), test_id, _read_profiles(reference_path))
@@ -189,6 +207,7 @@ def profile(
         f"--perfwatch-profile={output}",
         f"--perfwatch-repeats={repeats}",
         f"--perfwatch-warmup={warmup}",
+        f"--perfwatch-min-pass-ms={min_pass_ms}",
     ]
     if only is not None:
         command.append(f"--perfwatch-only={only}")
@@ -224,6 +243,7 @@ def _alternate(
     rounds: int,
     repeats: int,
     warmup: int,
+    min_pass_s: float,
     output: Path,
     reference_path: Path,
 ) -> int:
@@ -231,7 +251,13 @@ def _alternate(
     status of the worst pytest run (0 or 1)."""
     try:
         run = profile_alternately(
-            versions, pytest_args, only=only, rounds=rounds, repeats=repeats, warmup=warmup
+            versions,
+            pytest_args,
+            only=only,
+            rounds=rounds,
+            repeats=repeats,
+            warmup=warmup,
+            min_pass_s=min_pass_s,
         )
     except Interrupted:
         raise SystemExit(EXIT_INTERRUPTED) from None

@@ -445,13 +445,19 @@ def _cost_text(
     reference: InputProfileFile | None,
 ) -> str:
     """What timing the sample cost, and the same passes for every input scaled from it by
-    the inputs' baseline times (so both figures share today's machine load)."""
+    the inputs' baseline times (so both figures share today's machine load). Every call of
+    a timing pass counts: short inputs timed over several calls per pass cost that much."""
     judged = {vote.input_id for vote in recommendation.votes}
-    spent = sum(_timed(p) for p in update.profiles if p.input_id in judged)
+    timed = [p for p in update.profiles if p.input_id in judged]
     versions = "new code"
     if reference is not None:
-        spent += sum(_timed(p) for p in reference.profiles if p.input_id in judged)
+        timed += [p for p in reference.profiles if p.input_id in judged]
         versions = "old and new code"
+    spent = sum(p.timing_cost_s() for p in timed)
+    repeated = {p.input_id for p in timed if (p.calls_per_pass or 1) > 1}
+    if repeated:
+        most = max(p.calls_per_pass or 1 for p in timed)
+        versions += f"; {len(repeated)} short inputs over up to {most} calls per pass"
     sampled_baseline = sum(p.wall_time_s for p in baseline.profiles if p.input_id in judged)
     every_baseline = sum(p.wall_time_s for p in baseline.profiles)
     if sampled_baseline <= 0:
@@ -463,10 +469,6 @@ def _cost_text(
         f"{full:.2f} s ({1 - spent / full:.0%} saved; pytest start-up and the counting "
         "pass not included)"
     )
-
-
-def _timed(profile: InputProfile) -> float:
-    return sum(profile.wall_times_s or [profile.wall_time_s])
 
 
 def plot_clusters(

@@ -91,13 +91,20 @@ class InputProfile:
     # The passes above form this many equal consecutive rounds, each in a process of its
     # own: a process's own speed (memory layout, the core it ran on) is shared by its passes.
     timing_rounds: int | None = None
+    # Each timing pass called the code this many times and holds the time of one call
+    # (a very short input is timed over several calls).
+    calls_per_pass: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
-        for name in ("cpu_times_s", "wall_times_s", "timing_rounds"):
+        for name in ("cpu_times_s", "wall_times_s", "timing_rounds", "calls_per_pass"):
             if doc[name] is None:
                 del doc[name]
         return doc
+
+    def timing_cost_s(self) -> float:
+        """Wall-clock seconds its timing passes took, every call of every pass."""
+        return sum(self.wall_times_s or [self.wall_time_s]) * (self.calls_per_pass or 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,14 @@
-"""Profile sampled inputs on two versions of the code, round by round.
+"""Profile sampled inputs on two versions of the code, in rounds, pass by pass.
 
 Old and new code cannot share one Python process (the same modules, two
 versions), and profiled one after the other they see different machine load:
-a busier minute then passes for a slowdown. Here each round runs pytest with
-the profiling plugin once on each version, the order swapped every round
-(old-new, new-old, ...), so a change of load reaches both alike and every
-timing pass of one version has a partner of the other taken moments apart.
-The first round also counts and measures memory; the later ones only time.
+a busier minute then passes for a slowdown. Here each round starts pytest with
+the profiling plugin once per version and runs the two in lockstep: each
+plugin waits for its turn before every pass, and the versions take turns one
+pass at a time, the first version to go swapped every round. A change of load
+reaches both alike and every timing pass of one version has a partner of the
+other taken moments apart. The first round also counts and measures memory;
+the later ones only time.
 The passes are merged in round order, which is what pairs them in
 :func:`perfwatch.detectors.inputs.paired_change`.
 """
@@ -21,6 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import IO
 
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
@@ -77,9 +80,11 @@ def profile_alternately(
     rounds: int,
     repeats: int,
     warmup: int,
+    min_pass_s: float = 0.0,
 ) -> AlternateRun:
     """Profile the inputs listed in ``only`` on every version, in ``rounds`` alternating rounds
-    of ``repeats`` timing passes each; an input is kept when every round profiled it."""
+    of ``repeats`` timing passes each (each pass lasting ``min_pass_s``, over several calls
+    of a short test); an input is kept when every round profiled it."""
     if rounds < 1 or repeats < 1 or warmup < 0:
         raise ValueError("rounds and repeats must be at least 1, warmup 0 or more")
     started = time.perf_counter()
@@ -88,36 +93,23 @@ def profile_alternately(
     with tempfile.TemporaryDirectory(prefix="perfwatch-alternate-") as scratch:
         for number in range(rounds):
             order = versions if number % 2 == 0 else list(reversed(versions))
+            outputs = {v.name: Path(scratch) / f"{v.name}-{number}.json" for v in order}
+            options = [
+                f"--perfwatch-repeats={repeats}",
+                f"--perfwatch-warmup={warmup}",
+                f"--perfwatch-min-pass-ms={min_pass_s * 1000}",
+                f"--perfwatch-only={only.resolve()}",
+                "--perfwatch-kind=update_sample",
+                *(["--perfwatch-timing-only"] if number > 0 else []),
+            ]
+            statuses = _round_in_turns(order, pytest_args, options, outputs)
+            if PYTEST_INTERRUPTED in statuses.values():
+                raise Interrupted
             for version in order:
-                output = Path(scratch) / f"{version.name}-{number}.json"
-                command = [
-                    version.python,
-                    "-m",
-                    "pytest",
-                    *pytest_args,
-                    f"--perfwatch-profile={output}",
-                    f"--perfwatch-repeats={repeats}",
-                    f"--perfwatch-warmup={warmup}",
-                    f"--perfwatch-only={only.resolve()}",
-                    "--perfwatch-kind=update_sample",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                ]
-                if number > 0:
-                    command.append("--perfwatch-timing-only")
-                status = subprocess.run(
-                    command,
-                    cwd=version.directory,
-                    env=version.command_environment(),
-                    check=False,
-                    stdout=subprocess.DEVNULL,
-                ).returncode
-                if status == PYTEST_INTERRUPTED:
-                    raise Interrupted
+                status = statuses[version.name]
                 failed[version.name] += status != 0
                 try:
-                    rounds_of[version.name].append(read_input_profile(output))
+                    rounds_of[version.name].append(read_input_profile(outputs[version.name]))
                 except SourceError as error:
                     raise AlternationError(
                         f"round {number + 1} on the {version.name} code "
@@ -125,9 +117,11 @@ def profile_alternately(
                         f"profiled nothing ({error})"
                     ) from None
     merged, dropped = _merge(rounds_of)
+    # from the rounds themselves: each round's process chose its own calls per pass
     test_time = {
-        name: sum(sum(p.wall_times_s or [p.wall_time_s]) for p in file.profiles)
-        for name, file in merged.items()
+        name: sum(p.timing_cost_s() for file in files for p in file.profiles if p.input_id in kept)
+        for name, files in rounds_of.items()
+        for kept in [{p.input_id for p in merged[name].profiles}]
     }
     return AlternateRun(merged, rounds, time.perf_counter() - started, test_time, failed, dropped)
 
@@ -170,3 +164,80 @@ def _merge(
         }
         merged[name] = replace(first, profiles=profiles, measurement=measurement)
     return merged, dropped
+
+
+@dataclass
+class _Turn:
+    """One version's pytest process and the two pipes its plugin takes turns through."""
+
+    process: subprocess.Popen[bytes]
+    ready: IO[str]  # the plugin writes a line when it waits for its next pass (EOF: done)
+    go: IO[str]  # a line here lets it run that pass
+
+    def wait_ready(self) -> bool:
+        return bool(self.ready.readline())
+
+    def let_run(self) -> None:
+        self.go.write("go\n")
+        self.go.flush()
+
+
+def _round_in_turns(
+    order: Sequence[Version],
+    pytest_args: Sequence[str],
+    options: Sequence[str],
+    outputs: Mapping[str, Path],
+) -> dict[str, int]:
+    """One round: a pytest process per version, started together and run in lockstep.
+
+    Each plugin waits before every pass of every input until told to go
+    (``--perfwatch-lockstep``); the versions are let run one pass each in
+    turn, in ``order`` and then reversed (as :func:`perfwatch.profiler.core.profile_versions`
+    does in one process), so only one of them runs at any moment and the pass i
+    of one version is timed next to the pass i of the other. The exit status
+    of every version's pytest.
+    """
+    turns: dict[str, _Turn] = {}
+    try:
+        for version in order:
+            ready_read, ready_write = os.pipe()
+            go_read, go_write = os.pipe()
+            command = [
+                version.python,
+                "-m",
+                "pytest",
+                *pytest_args,
+                f"--perfwatch-profile={outputs[version.name]}",
+                *options,
+                f"--perfwatch-lockstep={ready_write},{go_read}",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+            ]
+            process = subprocess.Popen(
+                command,
+                cwd=version.directory,
+                env=version.command_environment(),
+                stdout=subprocess.DEVNULL,
+                pass_fds=(ready_write, go_read),
+            )
+            os.close(ready_write)
+            os.close(go_read)
+            turns[version.name] = _Turn(
+                process,
+                os.fdopen(ready_read, "r", encoding="utf-8"),
+                os.fdopen(go_write, "w", encoding="utf-8"),
+            )
+        waiting = [turn for turn in turns.values() if turn.wait_ready()]
+        while waiting:
+            for turn in list(waiting):
+                turn.let_run()
+                if not turn.wait_ready():
+                    waiting.remove(turn)
+            waiting.reverse()  # old-new, new-old, ...: no version always runs second
+    finally:
+        # closing the pipes releases a plugin still waiting (it then stops profiling)
+        for turn in turns.values():
+            turn.go.close()
+            turn.ready.close()
+    return {name: turn.process.wait() for name, turn in turns.items()}

@@ -26,10 +26,11 @@ under the same load.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -51,11 +52,18 @@ class Timing:
 
 
 class _Pass:
-    """A context manager that measures its block and remembers whether it ran to the end."""
+    """A context manager that measures its block and remembers whether it ran to the end.
+
+    ``calls`` is how many times the block is meant to call the code (the drivers in this
+    module loop that often); a timing pass reports the time of one call.
+    """
 
     kind = "pass"
 
-    def __init__(self) -> None:
+    def __init__(self, calls: int = 1) -> None:
+        if calls < 1:
+            raise ValueError(f"a pass calls the code at least once, got {calls}")
+        self.calls = calls
         self.completed = False
 
     def __enter__(self) -> Self:
@@ -86,12 +94,13 @@ class WarmupPass(_Pass):
 
 
 class TimingPass(_Pass):
-    """Wall-clock and process CPU time of the block, with no tracer or tracemalloc on."""
+    """Wall-clock and process CPU time of the block, with no tracer or tracemalloc on,
+    divided by the block's ``calls``."""
 
     kind = "timing"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, calls: int = 1) -> None:
+        super().__init__(calls)
         self.timing: Timing | None = None
         self._wall_start = 0
         self._cpu_start = 0
@@ -103,7 +112,7 @@ class TimingPass(_Pass):
     def _stop(self) -> None:
         cpu = time.process_time_ns() - self._cpu_start
         wall = time.perf_counter_ns() - self._wall_start
-        self.timing = Timing(wall / 1e9, cpu / 1e9)
+        self.timing = Timing(wall / 1e9 / self.calls, cpu / 1e9 / self.calls)
 
 
 class MemoryPass(_Pass):
@@ -152,35 +161,63 @@ class ProfileRun:
     """The passes of one input. Iterate, run the code once inside each pass, read ``profile``.
 
     The code must run the same way in every pass; the profile exists only
-    when every pass completed.
+    when every pass completed. A timing pass may ask for ``calls_per_pass`` calls
+    (its ``calls``). ``repeats`` may be raised while the run is between timing passes
+    (``timing_open``): the run then times the input again before it moves on.
     """
 
     def __init__(
-        self, input_id: str, size: float, *, repeats: int, warmup: int, timing_only: bool = False
+        self,
+        input_id: str,
+        size: float,
+        *,
+        repeats: int,
+        warmup: int,
+        timing_only: bool = False,
+        calls_per_pass: int = 1,
     ) -> None:
         self.input_id = input_id
         self.size = size
         self.repeats = repeats
         self.warmup = warmup
         self.timing_only = timing_only
+        self.calls_per_pass = calls_per_pass
+        self.timing_open = True
         self.profile: InputProfile | None = None
+        self._timing_passes: list[TimingPass] = []
+
+    @property
+    def timings(self) -> list[Timing]:
+        """The timings of the timing passes run so far."""
+        return [p.timing for p in self._timing_passes if p.timing is not None]
 
     def __iter__(self) -> Iterator[_Pass]:
-        passes: list[_Pass] = [WarmupPass() for _ in range(self.warmup)]
-        passes += [TimingPass() for _ in range(self.repeats)]
+        self._timing_passes = []
+        self.timing_open = True
+        passes: list[_Pass] = []
+        for _ in range(self.warmup):
+            yield from self._checked(WarmupPass(), passes)
+        while len(self._timing_passes) < self.repeats:
+            timing = TimingPass(self.calls_per_pass)
+            self._timing_passes.append(timing)
+            yield from self._checked(timing, passes)
+        self.timing_open = False
         if not self.timing_only:
-            passes += [MemoryPass(), CountingPass()]
-        for measured_pass in passes:
-            yield measured_pass
-            if not measured_pass.completed:
-                raise RuntimeError(
-                    f"input {self.input_id!r}: the {measured_pass.kind} pass was not run "
-                    "to completion inside a `with` block"
-                )
-        self.profile = _assemble(self.input_id, self.size, passes)
+            yield from self._checked(MemoryPass(), passes)
+            yield from self._checked(CountingPass(), passes)
+        self.profile = _assemble(self.input_id, self.size, passes, self.calls_per_pass)
+
+    def _checked(self, measured_pass: _Pass, done: list[_Pass]) -> Iterator[_Pass]:
+        yield measured_pass
+        if not measured_pass.completed:
+            raise RuntimeError(
+                f"input {self.input_id!r}: the {measured_pass.kind} pass was not run "
+                "to completion inside a `with` block"
+            )
+        done.append(measured_pass)
 
 
-def _assemble(input_id: str, size: float, passes: list[_Pass]) -> InputProfile:
+def _assemble(input_id: str, size: float, passes: list[_Pass], calls_per_pass: int) -> InputProfile:
     """The profile of the passes; a timing-only run has no memory or counting pass and
     reports zero for them (its counts come from another run of the same code)."""
     timings = [p.timing for p in passes if isinstance(p, TimingPass) and p.timing is not None]
@@ -201,6 +238,7 @@ def _assemble(input_id: str, size: float, passes: list[_Pass]) -> InputProfile:
         conditionals=counts.conditionals,
         cpu_times_s=[t.cpu_time_s for t in timings],
         wall_times_s=[t.wall_time_s for t in timings],
+        calls_per_pass=calls_per_pass if calls_per_pass > 1 else None,
     )
 
 
@@ -212,20 +250,107 @@ def profile_versions(
     repeats: int = 5,
     warmup: int = 1,
     timing_only: bool = False,
+    min_pass_s: float = 0.0,
+    max_repeats: int | None = None,
+    precision: float | None = None,
+    confidence: float = 0.95,
+    before_round: Callable[[], None] | None = None,
 ) -> dict[str, InputProfile]:
     """Profile several versions of the code on one input, alternating their passes.
 
     Each round runs every version once in turn, so a burst of load on a shared
-    machine hits the versions alike instead of skewing one of them.
+    machine hits the versions alike instead of skewing one of them; the order is
+    reversed every other round (old-new, new-old, ...), since the pass that runs
+    second in a round can pay systematically for what the first left behind
+    (a time slice ending, caches taken over): with passes of a few milliseconds,
+    a fixed order made an unchanged dot product look 6-12% slower.
+
+    A very short input is timed over several calls per pass: enough that the
+    pass of every version lasts ``min_pass_s`` (see :func:`calls_per_pass`).
+    With a ``precision``, the timing goes on past ``repeats`` rounds, one round
+    at a time up to ``max_repeats``, while the paired interval (at
+    ``confidence``) of any version's change against the first version is wider
+    than ``precision`` (see :func:`needs_more_timing`). ``before_round`` is called
+    before every round of passes (the pytest plugin waits there for its turn).
     """
+    limit = repeats if max_repeats is None else max_repeats
+    if limit < repeats:
+        raise ValueError(f"max_repeats ({limit}) must not be below repeats ({repeats})")
+    calls = calls_per_pass(list(versions.values()), min_pass_s)
     runs = {
         name: (
-            ProfileRun(input_id, size, repeats=repeats, warmup=warmup, timing_only=timing_only),
+            ProfileRun(
+                input_id,
+                size,
+                repeats=repeats,
+                warmup=warmup,
+                timing_only=timing_only,
+                calls_per_pass=calls,
+            ),
             call,
         )
         for name, call in versions.items()
     }
-    return _run_in_rounds(runs)
+    if precision is None or limit == repeats:
+        return _run_in_rounds(runs, before_round, swap=True)
+    profile_runs = [run for run, _ in runs.values()]
+
+    def extend() -> None:
+        if before_round is not None:
+            before_round()
+        at_end = all(run.timing_open and len(run.timings) == run.repeats for run in profile_runs)
+        if at_end and profile_runs[0].repeats < limit:
+            timings = [[t.cpu_time_s for t in run.timings] for run in profile_runs]
+            if needs_more_timing(timings, precision, confidence):
+                for run in profile_runs:
+                    run.repeats += 1
+
+    return _run_in_rounds(runs, extend, swap=True)
+
+
+def calls_per_pass(
+    calls: Sequence[Callable[[], object]],
+    min_pass_s: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> int:
+    """How many calls a timing pass makes so that it lasts ``min_pass_s`` for every call.
+
+    A call of a tenth of a millisecond, timed alone, carries the timer's overhead and
+    any interruption of the process in full; over several calls these spread out.
+    Like ``timeit``'s autorange: 1, 2, 5, 10, 20, 50, ... calls, timed by the wall
+    clock, until the calls take ``min_pass_s``; the largest count any version needs,
+    so that every version makes the same calls per pass. These calls also warm up.
+    """
+    if min_pass_s <= 0:
+        return 1
+    number = 1
+    steps = itertools.cycle((2, 2.5, 2))  # 1, 2, 5, 10, 20, 50, ...
+    for call in calls:
+        while True:
+            started = clock()
+            for _ in range(number):
+                call()
+            if clock() - started >= min_pass_s:
+                break
+            number = round(number * next(steps))
+    return number
+
+
+def needs_more_timing(
+    timings: Sequence[Sequence[float]], precision: float, confidence: float
+) -> bool:
+    """Whether any version's paired change against the first one (``timings[0]``; each row
+    the versions' passes, alternated pass by pass) has an interval wider than
+    ``precision`` (high - low of new / old - 1) or none yet."""
+    # Imported here: the plugin loads this module in every pytest process, and the
+    # detectors pull in scikit-learn, which only the sequential timing needs.
+    from perfwatch.detectors.inputs import paired_change
+
+    for other in timings[1:]:
+        change = paired_change(timings[0], other, paired=True, confidence=confidence)
+        if change.low is None or change.high is None or change.high - change.low > precision:
+            return True
+    return False
 
 
 def profile_inputs(
@@ -258,12 +383,23 @@ def profile_inputs(
 
 def _run_in_rounds(
     runs: Mapping[str, tuple[ProfileRun, Callable[[], object]]],
+    before_round: Callable[[], None] | None = None,
+    *,
+    swap: bool = False,
 ) -> dict[str, InputProfile]:
-    """Run the next pass of every run in turn until all are done; their profiles by name."""
+    """Run the next pass of every run in turn until all are done; their profiles by name.
+
+    ``before_round`` is called before every round, when every run has finished the
+    same number of passes (it may raise the runs' repeats). With ``swap`` every
+    other round runs them in reverse order.
+    """
     passes = {name: iter(run) for name, (run, _) in runs.items()}
     pending = set(runs)
+    order = list(runs.items())
     while pending:
-        for name, (_, call) in runs.items():
+        if before_round is not None:
+            before_round()
+        for name, (_, call) in order:
             if name not in pending:
                 continue
             measured_pass = next(passes[name], None)
@@ -271,7 +407,10 @@ def _run_in_rounds(
                 pending.discard(name)
                 continue
             with measured_pass:
-                call()
+                for _ in range(measured_pass.calls):
+                    call()
+        if swap:
+            order.reverse()
     result = {}
     for name, (run, _) in runs.items():
         assert run.profile is not None
@@ -364,11 +503,21 @@ class InputProfiler:
         return measurement_notes(repeats=self.repeats, warmup=self.warmup)
 
 
-def measurement_notes(*, repeats: int, warmup: int) -> dict[str, Any]:
+def measurement_notes(*, repeats: int, warmup: int, min_pass_s: float = 0.0) -> dict[str, Any]:
     return {
         "passes": "separate passes per input: warm-up, timing, memory, counting",
         "warmup_passes": warmup,
         "timing_repeats": repeats,
+        **(
+            {
+                "min_timing_pass_s": min_pass_s,
+                "calls_per_pass": "a timing pass calls the code 1, 2, 5, 10, ... times until "
+                "it lasts min_timing_pass_s (the count is each profile's calls_per_pass); "
+                "the times are those of one call",
+            }
+            if min_pass_s > 0
+            else {}
+        ),
         "timing": "minimum over the timing passes of wall-clock time (perf_counter) and "
         "process CPU time (process_time), measured with no tracer and no tracemalloc active",
         "memory": "peak traced allocation (tracemalloc) above the level at the start of the "

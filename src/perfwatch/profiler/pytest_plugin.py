@@ -2,7 +2,9 @@
 
 Each test call (each parametrized case is its own input) runs once per pass:
 warm-up, timing (``--perfwatch-repeats``), memory and counting, so the test
-body executes ``warmup + repeats + 2`` times; a failure in any pass fails the
+body executes ``warmup + repeats + 2`` times (a short test more often with
+``--perfwatch-min-pass-ms``: each timing pass then calls it until the pass
+lasts that long, and the times are those of one call); a failure in any pass fails the
 test and leaves it out of the file. The input id is the test's node id. The
 input size is the size of the parametrized arguments (see
 :func:`perfwatch.profiler.core.input_size`), or what the test reports with
@@ -14,6 +16,7 @@ Without ``--perfwatch-profile`` the plugin only adds its options.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="unmeasured passes before timing (default 1)",
     )
     group.addoption(
+        "--perfwatch-min-pass-ms",
+        metavar="MS",
+        type=float,
+        default=0.0,
+        help="call a short test several times per timing pass, so that a pass lasts at "
+        "least MS milliseconds; its times are those of one call (default 0: one call)",
+    )
+    group.addoption(
         "--perfwatch-only",
         metavar="FILE",
         default=None,
@@ -58,6 +69,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="timing passes only: memory and counts are written as 0 (for the later rounds "
         "of `perfwatch profile --old-dir`, whose counts come from the first)",
+    )
+    group.addoption(
+        "--perfwatch-lockstep",
+        metavar="READY_FD,GO_FD",
+        default=None,
+        help="take turns with another process (used by `perfwatch profile --old-dir`): "
+        "before every pass write a line to file descriptor READY_FD and wait for a line on "
+        "GO_FD",
     )
     group.addoption(
         "--perfwatch-kind",
@@ -91,6 +110,12 @@ class ProfilingSession:
             raise pytest.UsageError(f"--perfwatch-repeats must be at least 1, got {self.repeats}")
         if self.warmup < 0:
             raise pytest.UsageError(f"--perfwatch-warmup must be 0 or more, got {self.warmup}")
+        min_pass_ms: float = config.getoption("perfwatch_min_pass_ms")
+        if not 0 <= min_pass_ms <= 60_000:
+            raise pytest.UsageError(
+                f"--perfwatch-min-pass-ms must be from 0 to 60000, got {min_pass_ms}"
+            )
+        self.min_pass_s = min_pass_ms / 1000
         only = config.getoption("perfwatch_only")
         self.only: list[str] | None = (
             None if only is None else _read_ids(config.invocation_params.dir / only)
@@ -99,7 +124,11 @@ class ProfilingSession:
         self.kind: str = config.getoption("perfwatch_kind") or (
             "full_suite" if self.only is None else "update_sample"
         )
-        self.measurement = measurement_notes(repeats=self.repeats, warmup=self.warmup)
+        lockstep = config.getoption("perfwatch_lockstep")
+        self.turns: Turns | None = None if lockstep is None else Turns.from_option(lockstep)
+        self.measurement = measurement_notes(
+            repeats=self.repeats, warmup=self.warmup, min_pass_s=self.min_pass_s
+        )
         self.profiles: list[Any] = []
         self.unprofiled: list[str] = []
         self.missing: list[str] = []
@@ -128,6 +157,8 @@ class ProfilingSession:
         arguments = {
             name: pyfuncitem.funcargs[name] for name in parameters if name in pyfuncitem.funcargs
         }
+        if self.turns is not None and self.min_pass_s > 0:
+            self.turns.wait()  # the calibration's calls take a turn of their own
         profile = self._profile_versions(
             {"test": lambda: function(**arguments)},
             input_id=pyfuncitem.nodeid,
@@ -135,6 +166,8 @@ class ProfilingSession:
             repeats=self.repeats,
             warmup=self.warmup,
             timing_only=self.timing_only,
+            min_pass_s=self.min_pass_s,
+            before_round=None if self.turns is None else self.turns.wait,
         )["test"]
         self.profiles.append(_with_size(profile, pyfuncitem))
         return True
@@ -171,6 +204,35 @@ class ProfilingSession:
                 f"perfwatch: {len(self.missing)} ids listed in --perfwatch-only were not "
                 f"collected, first: {self.missing[0]}"
             )
+
+
+class Turns:
+    """Runs each pass only when the driving process says so (``--perfwatch-lockstep``)."""
+
+    def __init__(self, ready_fd: int, go_fd: int) -> None:
+        self._ready = os.fdopen(ready_fd, "w", encoding="utf-8")
+        self._go = os.fdopen(go_fd, "r", encoding="utf-8")
+
+    @classmethod
+    def from_option(cls, value: str) -> Turns:
+        try:
+            ready_fd, go_fd = (int(part) for part in value.split(","))
+            return cls(ready_fd, go_fd)
+        except (ValueError, OSError) as error:
+            raise pytest.UsageError(
+                f"--perfwatch-lockstep must be two open file descriptors READY_FD,GO_FD, "
+                f"got {value!r} ({error})"
+            ) from None
+
+    def wait(self) -> None:
+        try:
+            self._ready.write("ready\n")
+            self._ready.flush()
+            told = self._go.readline()
+        except BrokenPipeError:
+            told = ""
+        if not told:
+            raise RuntimeError("--perfwatch-lockstep: the driving process is gone")
 
 
 def _without_own_options(args: Sequence[str]) -> list[str]:

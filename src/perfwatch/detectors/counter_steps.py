@@ -149,15 +149,21 @@ def correlation_inverse(correlation: np.ndarray) -> np.ndarray:
     return (inverse + inverse.T) / 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RedundancyStep:
     """One removal of the redundancy analysis: the counter index (into the matrix given),
-    its R^2 on the counters still present, and its standardized regression coefficients
-    on them (index -> beta)."""
+    its R^2 on the counters still present (``predictors``, indices into the matrix), and
+    its standardized regression coefficients on them (``betas``, in the same order)."""
 
     index: int
     r_squared: float
-    coefficients: dict[int, float]
+    predictors: np.ndarray
+    betas: np.ndarray
+
+    @property
+    def coefficients(self) -> dict[int, float]:
+        """index -> beta."""
+        return dict(zip(self.predictors.tolist(), self.betas.tolist(), strict=True))
 
 
 def redundancy_analysis(
@@ -221,10 +227,9 @@ def redundancy_analysis(
             RedundancyStep(
                 index=int(rows[victim]),
                 r_squared=float(r2[best]),
-                # one array operation, not a Python division per counter per removal
-                coefficients=dict(
-                    zip(rows[others].tolist(), (-column[others] / pivot).tolist(), strict=True)
-                ),
+                # arrays, not a Python pair per counter per removal
+                predictors=rows[others],
+                betas=-column[others] / pivot,
             )
         )
         pending[:, pending_count] = column

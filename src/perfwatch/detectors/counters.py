@@ -1312,8 +1312,7 @@ def _removal(
     step: RedundancyStep, names: list[str], analysed: np.ndarray, reason: str, kind: str
 ) -> RemovedCounter:
     # the three largest |beta| (ties: lower index) without sorting a thousand Python pairs
-    indices = np.fromiter(step.coefficients, dtype=np.int64, count=len(step.coefficients))
-    betas = np.fromiter(step.coefficients.values(), dtype=np.float64, count=indices.size)
+    indices, betas = step.predictors, step.betas
     strongest = np.lexsort((indices, -np.abs(betas)))[:3]
     explained_by = {names[analysed[indices[i]]]: float(betas[i]) for i in strongest}
     return RemovedCounter(

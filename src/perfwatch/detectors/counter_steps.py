@@ -123,7 +123,8 @@ def pooled_correlation(
     """``correlation_matrix`` of parts stacked on each other (the runs of a baseline), from
     each part's number of rows, column means and centred cross-product matrix
     (X - m)'(X - m): the parallel-axis combination, so parts shared by several stacks (the
-    folds of a leave-one-run-out) are multiplied out once."""
+    folds of a leave-one-run-out) are multiplied out once. Only the sum of ``scatters``
+    matters: it may be given already summed, as a single matrix."""
     total = sum(counts)
     mean = sum(n * m for n, m in zip(counts, means, strict=True)) / total
     scatter = sum(scatters)

@@ -1244,11 +1244,16 @@ class _Correlations:
             if self._runs is None:
                 self._matrix = correlation_matrix(self.values[:, self._columns])
             else:
-                cut = np.ix_(self._columns, self._columns)
                 counts, means, scatters = zip(*(run.moments for run in self._runs), strict=True)
+                # summed first, then cut once: the same sums, one copy instead of one per run
+                total = sum(scatters, np.zeros_like(scatters[0]))[
+                    np.ix_(self._columns, self._columns)
+                ]
                 self._matrix = pooled_correlation(
-                    counts, [m[self._columns] for m in means], [s[cut] for s in scatters]
+                    counts, [m[self._columns] for m in means], [total]
                 )
+        if np.array_equal(columns, self._columns):
+            return self._matrix  # callers never modify it
         position = np.searchsorted(self._columns, columns)
         return self._matrix[np.ix_(position, position)]
 

@@ -19,8 +19,15 @@ from perfwatch.detectors.counter_decision import (
     excess_error_test,
     excess_error_tests,
 )
-from perfwatch.detectors.counter_steps import block_means, fill_missing, percentage_errors
-from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
+from perfwatch.detectors.counter_steps import (
+    block_means,
+    correlation_matrix,
+    fill_missing,
+    percentage_errors,
+    redundancy_analysis,
+    shrink_correlation,
+)
+from perfwatch.detectors.counters import REDUNDANT, CounterRegressionCheck, CounterSamples
 
 TOLERANCE = {"rel": 1e-9, "abs": 1e-9}
 
@@ -226,3 +233,34 @@ def test_every_models_leave_one_run_out_scores_equal_separate_fits(seed: int, ru
                 assert cluster.pvalue == pytest.approx(pvalue, **TOLERANCE)
             compared += 1
     assert compared >= 5
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_removals_equal_a_plain_redundancy_analysis_of_the_stacked_samples(seed: int) -> None:
+    """The fit's correlations pooled from each run's cross-products, and its redundancy
+    steps' R^2 and strongest coefficients, equal a redundancy analysis of the correlation
+    matrix of all baseline samples stacked (the fit's tiny ridge, adjusted R^2)."""
+    rng = np.random.default_rng(seed)
+    groups, count = 4, 40
+    group, loading = rng.integers(0, groups, count), rng.uniform(0.5, 2.0, count)
+    noise, level = rng.choice([0.05, 0.3, 1.0], count), rng.uniform(10, 1000, count)
+    baseline = []
+    for number in range(4):
+        factors = rng.normal(size=(150, groups)).cumsum(axis=0) * 0.3
+        driven = loading * factors[:, group] + noise * rng.normal(size=(150, count))
+        values = level * (1 + 0.1 * driven) * (1 + 0.05 * number)
+        baseline.append(CounterSamples([f"c{i:02d}" for i in range(count)], values))
+    check = CounterRegressionCheck(steady_state="off", identity_r2=None).fit(baseline)
+    samples = np.vstack([run.values for run in baseline])
+    correlation = shrink_correlation(correlation_matrix(samples), 1e-9)
+    steps = redundancy_analysis(correlation, 0.9, observations=samples.shape[0])
+    removed = [r for r in check.removed_ if r.reason == REDUNDANT]
+    assert [r.counter for r in removed] == [f"c{step.index:02d}" for step in steps]
+    assert len(steps) >= 3
+    for removal, step in zip(removed, steps, strict=True):
+        assert removal.r_squared == pytest.approx(step.r_squared, **TOLERANCE)
+        strongest = sorted(step.coefficients.items(), key=lambda item: (-abs(item[1]), item[0]))
+        expected = {f"c{index:02d}": beta for index, beta in strongest[:3]}
+        assert removal.explained_by.keys() == expected.keys()
+        for name, beta in expected.items():
+            assert removal.explained_by[name] == pytest.approx(beta, **TOLERANCE)

@@ -339,19 +339,25 @@ def test_calibration_is_leave_one_out_plus_the_margin() -> None:
     assert result.threshold_source == "calibrated" and result.regression
 
 
-def test_calibration_prepares_each_run_once_and_changes_nothing() -> None:
-    """The folds of a calibration share each run's preparation: every fold's result is
-    exactly that of a fit of its own (calibration judges by the threshold rule), and the
-    estimator's own fit is unaffected."""
+@pytest.mark.parametrize("selection", ["largest_excess", "beyond_baseline", "ks"])
+def test_calibration_prepares_each_run_once_and_changes_nothing(selection: str) -> None:
+    """The folds of a calibration share each run's preparation and leave out what is
+    only reported (KS tests, the dependents' OLS, p-values; the baseline spread unless
+    the dependent is chosen by it): every fold's result is exactly that of a complete fit
+    and check of its own (calibration judges by the threshold rule), and the estimator's
+    own fit is unaffected."""
     runs = baseline(4)
-    check = CounterRegressionCheck().calibrate(runs)
+    check = CounterRegressionCheck(dependent_selection=selection).calibrate(runs)
     for i in range(4):
-        own = CounterRegressionCheck(decision="threshold").fit(runs[:i] + runs[i + 1 :])
+        own = CounterRegressionCheck(decision="threshold", dependent_selection=selection)
+        own.fit(runs[:i] + runs[i + 1 :])
         alone = own.check(runs[i])
         assert check.calibration_["largest_excess_errors"][i] == (alone.max_excess_error or 0.0)
     fitted = check.fit(runs).check(run(27)).to_dict()
-    fresh = CounterRegressionCheck(decision="threshold").fit(runs).check(run(27)).to_dict()
-    assert fitted["clusters"] == fresh["clusters"] and fitted["removed"] == fresh["removed"]
+    fresh = CounterRegressionCheck(decision="threshold", dependent_selection=selection)
+    fresh_result = fresh.fit(runs).check(run(27)).to_dict()
+    assert fitted["clusters"] == fresh_result["clusters"]
+    assert fitted["removed"] == fresh_result["removed"]
 
 
 def test_prepared_runs_are_shared_only_between_equal_preparations() -> None:

@@ -123,7 +123,8 @@ def pooled_correlation(
     """``correlation_matrix`` of parts stacked on each other (the runs of a baseline), from
     each part's number of rows, column means and centred cross-product matrix
     (X - m)'(X - m): the parallel-axis combination, so parts shared by several stacks (the
-    folds of a leave-one-run-out) are multiplied out once."""
+    folds of a leave-one-run-out) are multiplied out once. Only the sum of ``scatters``
+    matters: it may be given already summed, as a single matrix."""
     total = sum(counts)
     mean = sum(n * m for n, m in zip(counts, means, strict=True)) / total
     scatter = sum(scatters)
@@ -149,15 +150,21 @@ def correlation_inverse(correlation: np.ndarray) -> np.ndarray:
     return (inverse + inverse.T) / 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RedundancyStep:
     """One removal of the redundancy analysis: the counter index (into the matrix given),
-    its R^2 on the counters still present, and its standardized regression coefficients
-    on them (index -> beta)."""
+    its R^2 on the counters still present (``predictors``, indices into the matrix), and
+    its standardized regression coefficients on them (``betas``, in the same order)."""
 
     index: int
     r_squared: float
-    coefficients: dict[int, float]
+    predictors: np.ndarray
+    betas: np.ndarray
+
+    @property
+    def coefficients(self) -> dict[int, float]:
+        """index -> beta."""
+        return dict(zip(self.predictors.tolist(), self.betas.tolist(), strict=True))
 
 
 def redundancy_analysis(
@@ -221,10 +228,9 @@ def redundancy_analysis(
             RedundancyStep(
                 index=int(rows[victim]),
                 r_squared=float(r2[best]),
-                # one array operation, not a Python division per counter per removal
-                coefficients=dict(
-                    zip(rows[others].tolist(), (-column[others] / pivot).tolist(), strict=True)
-                ),
+                # arrays, not a Python pair per counter per removal
+                predictors=rows[others],
+                betas=-column[others] / pivot,
             )
         )
         pending[:, pending_count] = column

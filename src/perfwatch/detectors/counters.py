@@ -475,6 +475,11 @@ class CounterRegressionCheck(BaseEstimator):
     look_first: how many counters the result names to look at first.
     """
 
+    # False in a calibration's folds, which use only the excess errors: the numbers that
+    # are only reported (KS tests, the OLS of each dependent, the baseline spread, and the
+    # p-values the threshold rule does not judge by) are left out there
+    _report = True
+
     def __init__(
         self,
         *,
@@ -651,7 +656,10 @@ class CounterRegressionCheck(BaseEstimator):
         observed = [run.observed_values()[:, columns] for run in runs]
         self._baseline = dict(zip(modelled, blocks[:, columns].T, strict=True))
         self._baseline_observed = dict(zip(modelled, np.vstack(observed).T, strict=True))
-        self.baseline_spread_ = dict(zip(modelled, self._spread(observed), strict=True))
+        spread = np.full(len(modelled), np.nan)
+        if self._report or self.dependent_selection == "beyond_baseline":
+            spread = self._spread(observed)
+        self.baseline_spread_ = dict(zip(modelled, spread, strict=True))
         # one counter per row: the median's partition then runs along contiguous memory
         magnitude = np.abs(samples[:, columns].T)
         below = np.median(magnitude, axis=1) < self.error_floor * magnitude.mean(axis=1)
@@ -922,9 +930,12 @@ class CounterRegressionCheck(BaseEstimator):
             dependent = pool[position]
         else:
             dependent = (pool or candidates or everyone)[0]
-        ks = ks_2samp(
-            _present(self._baseline_observed[dependent]), _present(target_observed[dependent])
-        )
+        ks_statistic = ks_pvalue = math.nan
+        if self._report:
+            ks = ks_2samp(
+                _present(self._baseline_observed[dependent]), _present(target_observed[dependent])
+            )
+            ks_statistic, ks_pvalue = float(ks.statistic), float(ks.pvalue)
         y_base = self._baseline[dependent]
         intercept: float | None = None
         coefficients: dict[str, float] = {}
@@ -935,11 +946,12 @@ class CounterRegressionCheck(BaseEstimator):
             left_out = scores.left_out[position]
             predictors = [m for m in cluster.members if m not in (dependent, left_out)]
             model = "ols" if predictors else "intercept"
-            rows = scores.fitted_rows
-            fitted = sm.OLS(y_base[rows], _design(self._baseline, predictors)[rows]).fit()
-            intercept = float(fitted.params[0])
-            coefficients = dict(zip(predictors, map(float, fitted.params[1:]), strict=True))
-            r_squared = float(fitted.rsquared) if predictors else None
+            if self._report:
+                rows = scores.fitted_rows
+                fitted = sm.OLS(y_base[rows], _design(self._baseline, predictors)[rows]).fit()
+                intercept = float(fitted.params[0])
+                coefficients = dict(zip(predictors, map(float, fitted.params[1:]), strict=True))
+                r_squared = float(fitted.rsquared) if predictors else None
             error = _finite(scores.error[position])
             good_run_error = _finite(scores.usual[position])
             excess = _finite(scores.excess[position])
@@ -955,8 +967,8 @@ class CounterRegressionCheck(BaseEstimator):
             members=sorted(everyone),
             redundant_members=cluster.redundant,
             dependent=dependent,
-            ks_statistic=float(ks.statistic),
-            ks_pvalue=float(ks.pvalue),
+            ks_statistic=ks_statistic,
+            ks_pvalue=ks_pvalue,
             baseline_ks_statistic=float(self.baseline_spread_[dependent]),
             model=model,
             left_out=left_out,
@@ -1072,7 +1084,12 @@ class CounterRegressionCheck(BaseEstimator):
         )
         exists = np.column_stack([np.ones(columns.size, dtype=bool), strongest > 0]).ravel()
         error, good, good_variances = means[0], means[1:].T, variances[1:].T
-        z, pvalue, _ = excess_error_tests(error, variances[0], good, good_variances, effective[0])
+        z = pvalue = np.full(error.shape, np.nan)
+        tested = self._report or self.effective_decision == "pvalue"
+        if tested:
+            z, pvalue, _ = excess_error_tests(
+                error, variances[0], good, good_variances, effective[0]
+            )
         usual = _usual_errors(good)
         excess = error - np.where(np.isfinite(usual), usual, 0.0)
         if not self.subtract_good_run_error:
@@ -1083,7 +1100,8 @@ class CounterRegressionCheck(BaseEstimator):
         scores = _Scores(len(candidates))
         scores.fitted_rows = everything
         scores.tests = int(exists.sum())
-        scores.null = _null_pvalues(good[exists], good_variances[exists])
+        if tested:
+            scores.null = _null_pvalues(good[exists], good_variances[exists])
         ranking = z if self.effective_decision == "pvalue" else excess
         chosen = np.where((strongest > 0) & (ranking[:, 1] > ranking[:, 0]), 1, 0)
         pick = (np.arange(columns.size), chosen)
@@ -1111,6 +1129,7 @@ class CounterRegressionCheck(BaseEstimator):
         for held_out, run in enumerate(good_runs):
             others = [r for i, r in enumerate(good_runs) if i != held_out]
             check = clone(self).set_params(decision="threshold")
+            check._report = False
             check.fit(others, prepared_runs=prepared)
             result = check.check(run, prepared_runs=prepared)
             largest.append(result.max_excess_error or 0.0)
@@ -1225,11 +1244,16 @@ class _Correlations:
             if self._runs is None:
                 self._matrix = correlation_matrix(self.values[:, self._columns])
             else:
-                cut = np.ix_(self._columns, self._columns)
                 counts, means, scatters = zip(*(run.moments for run in self._runs), strict=True)
+                # summed first, then cut once: the same sums, one copy instead of one per run
+                total = sum(scatters, np.zeros_like(scatters[0]))[
+                    np.ix_(self._columns, self._columns)
+                ]
                 self._matrix = pooled_correlation(
-                    counts, [m[self._columns] for m in means], [s[cut] for s in scatters]
+                    counts, [m[self._columns] for m in means], [total]
                 )
+        if np.array_equal(columns, self._columns):
+            return self._matrix  # callers never modify it
         position = np.searchsorted(self._columns, columns)
         return self._matrix[np.ix_(position, position)]
 
@@ -1293,8 +1317,7 @@ def _removal(
     step: RedundancyStep, names: list[str], analysed: np.ndarray, reason: str, kind: str
 ) -> RemovedCounter:
     # the three largest |beta| (ties: lower index) without sorting a thousand Python pairs
-    indices = np.fromiter(step.coefficients, dtype=np.int64, count=len(step.coefficients))
-    betas = np.fromiter(step.coefficients.values(), dtype=np.float64, count=indices.size)
+    indices, betas = step.predictors, step.betas
     strongest = np.lexsort((indices, -np.abs(betas)))[:3]
     explained_by = {names[analysed[indices[i]]]: float(betas[i]) for i in strongest}
     return RemovedCounter(

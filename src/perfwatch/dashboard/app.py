@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -74,6 +75,8 @@ class DashboardState:
         self.hub: VerdictHub | None = None
         self.listener: TopicListener | None = None
         self.last_seq = 0
+        # one poll at a time: two overlapping polls would send their verdicts interleaved
+        self._polling = threading.Lock()
 
     def require_store(self) -> StateStore:
         if self.store is None:
@@ -106,13 +109,14 @@ class DashboardState:
         """Send verdicts committed since the last poll; the number sent."""
         assert self.hub is not None
         sent = 0
-        for entry in queries.verdicts_after(self.require_store(), self.last_seq):
-            self.last_seq = max(self.last_seq, entry.seq)
-            if not self.hub.first_sighting(entry.verdict_id):
-                continue
-            item = queries.feed_item(entry)
-            self.hub.publish(self.event_for(item))
-            sent += 1
+        with self._polling:
+            for entry in queries.verdicts_after(self.require_store(), self.last_seq):
+                self.last_seq = max(self.last_seq, entry.seq)
+                if not self.hub.first_sighting(entry.verdict_id):
+                    continue
+                item = queries.feed_item(entry)
+                self.hub.publish(self.event_for(item))
+                sent += 1
         return sent
 
 

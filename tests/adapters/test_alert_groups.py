@@ -245,3 +245,20 @@ def test_every_verdict_is_released_once_and_messages_depend_only_on_the_verdicts
     released, messages = run()
     assert sorted(released) == list(range(len(verdicts)))
     assert run() == (released, messages)
+
+
+def test_a_forgotten_incident_takes_only_its_own_findings_with_it() -> None:
+    """Beyond `capacity` the oldest idle incident is forgotten with the findings it
+    lists; a finding that moved on to another incident stays with that one."""
+    first, second, third = (
+        IncidentStream(commit) for commit in ("0a17fb48", "1b2c3d4e", "2c3d4e5f")
+    )
+    groups = AlertGroups[int](wait_s=0, interval_s=0, capacity=2)
+    groups.offer(first.change(joined=["a", "moved"]), 1, now=0)
+    groups.offer(second.change(joined=["moved"]), 2, now=0)
+    assert sorted(due.held for due in groups.due(0)) == [[1], [2]]
+    groups.offer(third.change(joined=["c"]), 3, now=1)
+    assert not groups.offer(member_update("a", 9.0, commit="0a17fb48"), 4, now=2)
+    assert groups.offer(member_update("moved", 9.0, commit="0a17fb48"), 5, now=2)
+    assert groups.offer(member_update("c", 9.0, commit="2c3d4e5f"), 6, now=2)
+    assert sorted(held for due in groups.due(2) for held in due.held) == [3, 5, 6]

@@ -40,6 +40,8 @@ class _Group(Generic[Held]):
     evidence: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # newest per finding
     due: float | None = None
     held: list[Held] = field(default_factory=list)
+    # the finding ids indexed to this group, so forgetting it costs its own size
+    findings: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -157,19 +159,24 @@ class AlertGroups(Generic[Held]):
         return DueGroup(message, held)
 
     def _index_members(self, incident_id: str, incident: Mapping[str, Any]) -> None:
-        for finding_id in listed(incident, "left"):
-            if self._incident_of.get(str(finding_id)) == incident_id:
-                del self._incident_of[str(finding_id)]
+        group = self._groups[incident_id]
+        for finding_id in map(str, listed(incident, "left")):
+            group.findings.discard(finding_id)
+            if self._incident_of.get(finding_id) == incident_id:
+                del self._incident_of[finding_id]
         for finding_id in _member_ids(listed(incident, "members")):
+            before = self._incident_of.get(finding_id)
+            if before is not None and before != incident_id:
+                self._groups[before].findings.discard(finding_id)
             self._incident_of[finding_id] = incident_id
+            group.findings.add(finding_id)
 
     def _remember(self, incident_id: str, group: _Group[Held]) -> None:
         self._groups[incident_id] = group
         if len(self._groups) > self.capacity:
             idle = next((key for key, old in self._groups.items() if not old.held), None)
             if idle is not None:
-                del self._groups[idle]
-                for finding_id in [f for f, i in self._incident_of.items() if i == idle]:
+                for finding_id in self._groups.pop(idle).findings:
                     del self._incident_of[finding_id]
 
 

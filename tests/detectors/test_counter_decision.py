@@ -10,17 +10,23 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.optimize import brentq
+from scipy.special import digamma, polygamma
 from scipy.stats import t as student_t
 from test_counters_check import baseline, run
 
 from perfwatch.detectors.counter_decision import (
+    VariancePrior,
     deflate,
     effective_blocks,
     excess_error_test,
+    excess_error_tests,
     familywise,
+    moderated_ratio,
     pvalue_to_z,
     tail_inflation,
     trimmed_mean_variance,
+    variance_prior,
 )
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
 
@@ -61,6 +67,87 @@ def test_excess_error_test_by_hand() -> None:
     assert single.z == pytest.approx(0.1 / math.sqrt(0.0002))
 
 
+def test_variance_prior_by_hand() -> None:
+    """Twelve models of four good runs (3 df each), with sample variances 0.5, 2, 8 and
+    32 times their within-run variance 0.01 (three models each): Smyth's moments on the
+    log ratios, the trigamma equation solved here by bracketing instead of Newton."""
+    spreads = np.array([0.5, 2.0, 8.0, 32.0] * 3)
+    # errors -1.5, -0.5, 0.5, 1.5 (x c) have sample variance 5/3 c²
+    good = 0.2 + np.outer(np.sqrt(spreads * 0.01 * 3 / 5), [-1.5, -0.5, 0.5, 1.5])
+    within = np.full(good.shape, 0.01)
+    prior = variance_prior(good, within)
+    logs = np.log(spreads) - digamma(1.5) + math.log(1.5)
+    excess = np.var(logs, ddof=1) - polygamma(1, 1.5)
+    d0 = 2 * brentq(lambda y: polygamma(1, y) - excess, 1e-3, 1e3)
+    s0 = math.exp(logs.mean() + digamma(d0 / 2) - math.log(d0 / 2))
+    assert prior.df == pytest.approx(d0, rel=1e-6)
+    assert prior.ratio == pytest.approx(s0, rel=1e-6)
+    # posterior ratio of the model at 32x: (d0 s0² + 3 x 32) / (d0 + 3)
+    assert moderated_ratio(np.array([32.0]), np.array([3.0]), prior)[0] == pytest.approx(
+        (d0 * s0 + 96) / (d0 + 3)
+    )
+    # equal ratios: less spread than 3 df alone give, one common ratio (d0 infinite)
+    same = variance_prior(good[::4].repeat(4, axis=0), within)
+    assert math.isinf(same.df) and same.ratio > 0
+    assert moderated_ratio(np.array([3.0]), np.array([3.0]), same)[0] == same.ratio
+    # too few models say nothing
+    assert variance_prior(good[:5], within[:5]).df == 0.0
+
+
+def test_moderated_test_by_hand() -> None:
+    # good errors 0.10, 0.12, 0.14 (sample variance 0.0004 = 4x the within-run 0.0001,
+    # 2 df), prior d0 = 6 at ratio 2: moderated ratio (12 + 8) / 8 = 2.5, so the
+    # between-run variance is 0.00025 with 8 df
+    prior = VariancePrior(6.0, 2.0)
+    test = excess_error_test(0.2, 0.0001, [0.10, 0.12, 0.14], [0.0001] * 3, 50.0, prior)
+    assert test.z == pytest.approx(0.08 / math.sqrt(0.00025 * 4 / 3))
+    assert test.df == pytest.approx(8.0)
+    assert test.pvalue == pytest.approx(student_t.sf(test.z, 8.0))
+
+
+def test_the_moderated_false_alarm_rate_holds_under_its_prior() -> None:
+    """Studies of 60 models whose between-run variances follow the prior's model (scaled
+    inverse chi-square, d0 = 6, around 20 times the within-run variance), six good runs
+    each: with the prior fitted to each study, p-values below 5% and 1% keep the level,
+    and the fitted d0 and ratio lie near the truth."""
+    rng = np.random.default_rng(11)
+    pvalues, fitted = [], []
+    within = np.full((60, 6), 1e-4)
+    for _ in range(150):
+        ratio = 20.0 * 6 / rng.chisquare(6, 60)
+        runs = 0.05 + rng.normal(0, 1, (60, 7)) * np.sqrt(1e-4 * ratio)[:, None]
+        prior = variance_prior(runs[:, 1:], within)
+        fitted.append((prior.df, prior.ratio))
+        _, pvalue, _ = excess_error_tests(
+            runs[:, 0], np.full(60, 1e-4), runs[:, 1:], within, np.full(60, 50.0), prior
+        )
+        pvalues += list(pvalue)
+    shares = {level: float(np.mean(np.array(pvalues) < level)) for level in (0.05, 0.01)}
+    assert 0.04 <= shares[0.05] <= 0.06
+    assert 0.007 <= shares[0.01] <= 0.013
+    d0, ratio = np.median(fitted, axis=0)
+    assert 3.0 < d0 < 12.0
+    assert 15.0 < ratio < 27.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ratio=st.floats(0.01, 100.0),
+    df=st.integers(1, 10),
+    prior_df=st.floats(0.1, 50.0),
+    prior_ratio=st.floats(0.01, 100.0),
+)
+def test_the_moderated_ratio_lies_between_the_models_and_the_priors(
+    ratio: float, df: int, prior_df: float, prior_ratio: float
+) -> None:
+    moderated = moderated_ratio(
+        np.array([ratio]), np.array([float(df)]), VariancePrior(prior_df, prior_ratio)
+    )[0]
+    assert (
+        min(ratio, prior_ratio) * (1 - 1e-12) <= moderated <= max(ratio, prior_ratio) * (1 + 1e-12)
+    )
+
+
 def test_familywise_and_normal_scores() -> None:
     assert familywise([0.001, 0.2, math.nan], 10) == pytest.approx(0.01)
     assert familywise([0.3], 5) == 1.0
@@ -97,8 +184,9 @@ def test_the_false_alarm_rate_holds_under_its_null_model() -> None:
 )
 def test_a_larger_error_is_never_less_unusual(good: list[float], error: float, step: float) -> None:
     within = [1e-5] * len(good)
-    lower = excess_error_test(error, 1e-5, good, within)
-    higher = excess_error_test(error + step, 1e-5, good, within)
+    prior = VariancePrior(5.0, 3.0) if len(good) % 2 else None  # moderated or not
+    lower = excess_error_test(error, 1e-5, good, within, prior=prior)
+    higher = excess_error_test(error + step, 1e-5, good, within, prior=prior)
     assert 0.0 <= lower.pvalue <= 1.0
     assert higher.z >= lower.z
     assert higher.pvalue <= lower.pvalue
@@ -127,6 +215,26 @@ def test_pvalue_rule_flags_a_cpu_regression_and_passes_good_runs() -> None:
     assert document["clusters"][0]["familywise_pvalue"] == pytest.approx(top.run_pvalue)
 
 
+def test_moderated_variances_lend_each_model_the_others_degrees_of_freedom() -> None:
+    """With ``moderate_variance`` a small (5%) CPU regression is more unusual than with
+    each model's own few good runs alone; good runs still pass, and the verdict is the
+    same on a second fit."""
+    runs = baseline(6)
+    plain = CounterRegressionCheck().fit(runs)
+    moderated = CounterRegressionCheck(moderate_variance=True).fit(runs)
+    small = run(43, cpu_per_request=1.05)
+    ours, theirs = moderated.check(small), plain.check(small)
+    assert ours.regression and theirs.regression
+    assert ours.pvalue is not None and theirs.pvalue is not None
+    assert ours.pvalue < theirs.pvalue
+    assert ours.look_first[0] == "cpu"
+    for seed in (40, 41, 42):
+        good = moderated.check(run(seed))
+        assert not good.regression and good.pvalue is not None and good.pvalue >= 0.01
+    again = CounterRegressionCheck(moderate_variance=True).fit(runs).check(small)
+    assert again.to_dict() == ours.to_dict()
+
+
 def test_a_one_run_baseline_gives_no_verdict() -> None:
     check = CounterRegressionCheck().fit(baseline(1))
     result = check.check(run(44, cpu_per_request=1.5))
@@ -134,6 +242,8 @@ def test_a_one_run_baseline_gives_no_verdict() -> None:
     assert not result.regression and result.pvalue is None
     # the paper's figures stay visible
     assert result.max_error is not None and result.max_error > 0.1
+    moderated = CounterRegressionCheck(moderate_variance=True).fit(baseline(1))
+    assert moderated.check(run(44, cpu_per_request=1.5)).status == "insufficient_baseline"
     threshold = CounterRegressionCheck(decision="threshold").fit(baseline(1))
     assert threshold.check(run(44, cpu_per_request=1.5)).status != "insufficient_baseline"
 

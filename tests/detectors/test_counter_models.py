@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from perfwatch.detectors.counter_decision import (
+    VariancePrior,
     deflate,
     error_statistics,
     excess_error_test,
@@ -84,16 +85,19 @@ def test_block_statistics_of_many_models_equal_one_at_a_time(
         elements=st.one_of(st.floats(0.0, 1.0), st.just(math.nan)),
     ),
     spread=st.floats(0.0, 0.01),
+    prior=st.sampled_from([None, VariancePrior(4.0, 3.0), VariancePrior(math.inf, 2.0)]),
 )
-def test_tests_of_many_models_equal_one_at_a_time(good: np.ndarray, spread: float) -> None:
+def test_tests_of_many_models_equal_one_at_a_time(
+    good: np.ndarray, spread: float, prior: VariancePrior | None
+) -> None:
     """Each row is a model; a NaN good error is a run that did not score it: the batch
-    equals the single test on that model's scored runs only."""
+    equals the single test on that model's scored runs only, moderated or not."""
     rng = np.random.default_rng(good.size)
     error = rng.uniform(0.0, 1.0, good.shape[0])
     variance = np.where(rng.random(good.shape[0]) < 0.2, math.nan, spread)
     good_variances = np.where(rng.random(good.shape) < 0.2, math.nan, spread / 2)
     blocks = rng.uniform(1.0, 40.0, good.shape[0])
-    z, pvalue, df = excess_error_tests(error, variance, good, good_variances, blocks)
+    z, pvalue, df = excess_error_tests(error, variance, good, good_variances, blocks, prior)
     for i in range(good.shape[0]):
         scored = np.isfinite(good[i])
         one = excess_error_test(
@@ -102,6 +106,7 @@ def test_tests_of_many_models_equal_one_at_a_time(good: np.ndarray, spread: floa
             list(good[i, scored]),
             list(good_variances[i, scored]),
             float(blocks[i]),
+            prior,
         )
         for value, reference in ((z[i], one.z), (pvalue[i], one.pvalue), (df[i], one.df)):
             if math.isnan(reference):

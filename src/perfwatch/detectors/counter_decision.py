@@ -9,7 +9,9 @@ on each good run held out of its fit. ``excess_error_test`` turns both into a z 
 one-sided p-value (Student t, Satterthwaite degrees of freedom: the between-run part is
 estimated from only the good runs there are). ``familywise`` corrects the smallest p of
 a run for the number of models that were judged (Bonferroni: the run's score is a
-maximum over them).
+maximum over them). Optionally the between-run variances of all models of a check are
+moderated toward a common prior (``variance_prior``, an empirical Bayes moderated t),
+which lends each model the degrees of freedom of the others.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import digamma, polygamma
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
@@ -34,6 +37,8 @@ _EQUAL = 1e-12
 # tail_inflation: the quantile compared, and the fewest null p-values it is taken from
 _TAIL_QUANTILE = 0.9
 _MIN_NULL = 10
+# variance_prior: the fewest models it is fitted to
+_MIN_PRIOR_MODELS = 10
 
 
 def trimmed_mean_variance(errors: np.ndarray, trim: float) -> float:
@@ -97,6 +102,7 @@ def excess_error_test(
     good_errors: Sequence[float],
     good_variances: Sequence[float],
     error_blocks: float = math.inf,
+    prior: VariancePrior | None = None,
 ) -> ErrorTest:
     """Test one model's error on a run against its errors on k held-out good runs.
 
@@ -109,7 +115,7 @@ def excess_error_test(
     but no more than k - 1: the block variance of autocorrelated errors is known no better
     than the good runs' (with more, good runs with a disturbance of their own raised false
     alarms). With one good run v cannot be estimated: z uses the within-run variances
-    alone and the p-value is NaN.
+    alone and the p-value is NaN. With a ``prior`` v is moderated (``excess_error_tests``).
     """
     z, pvalue, df = excess_error_tests(
         np.array([error], dtype=np.float64),
@@ -117,6 +123,7 @@ def excess_error_test(
         np.array([list(good_errors)], dtype=np.float64).reshape(1, -1),
         np.array([list(good_variances)], dtype=np.float64).reshape(1, -1),
         np.array([error_blocks], dtype=np.float64),
+        prior,
     )
     return ErrorTest(float(z[0]), float(pvalue[0]), float(df[0]))
 
@@ -127,26 +134,29 @@ def excess_error_tests(
     good_errors: np.ndarray,
     good_variances: np.ndarray,
     error_blocks: np.ndarray,
+    prior: VariancePrior | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``excess_error_test`` of many models at once: z, p-value and degrees of freedom
     per model. ``good_errors`` and ``good_variances`` are models x good runs; a NaN good
-    error marks a run that did not score the model (left out, so k varies by model)."""
+    error marks a run that did not score the model (left out, so k varies by model).
+    With a ``prior`` (``variance_prior``) each model's between-run variance is moderated
+    (``moderated_ratio``) and counts ``prior.df`` more degrees of freedom."""
     good = np.isfinite(good_errors)
     k = good.sum(axis=1)
+    centre, sample_variance, within = _good_run_spread(good_errors, good_variances)
     with np.errstate(invalid="ignore", divide="ignore"):
-        variances = np.where(good, good_variances, np.nan)
-        counted = (good & ~np.isnan(variances)).sum(axis=1)
-        within = np.where(good, np.nan_to_num(variances), 0.0).sum(axis=1) / counted
-        within = np.where(counted > 0, within, np.nan)
         own = np.where(np.isfinite(error_variance), error_variance, within)
-        centre = np.where(good, good_errors, 0.0).sum(axis=1) / k
-        deviations = np.where(good, good_errors - centre[:, None], 0.0)
-        sample_variance = np.einsum("ij,ij->i", deviations, deviations) / (k - 1)
         # one good run: the within-run variances alone, and no p-value
         spread = np.sqrt(np.maximum(own, 0.0) + np.maximum(within, 0.0))
         single = np.where(spread > 0, (error - centre) / spread, np.nan)
 
         known = np.isfinite(within)
+        estimated_df = (k - 1).astype(np.float64)
+        if prior is not None and prior.df > 0:
+            moderated = moderated_ratio(sample_variance / within, k - 1, prior) * within
+            shrunk = known & (within > 0) & np.isfinite(moderated)
+            sample_variance = np.where(shrunk, moderated, sample_variance)
+            estimated_df = np.where(shrunk, estimated_df + prior.df, estimated_df)
         between = np.maximum(sample_variance, np.where(known, within, 0.0))
         estimated = between * (1 + 1 / k)
         extra = np.where(known, np.maximum(own - within, 0.0), 0.0)
@@ -154,7 +164,7 @@ def excess_error_tests(
         above = error > centre
         z = (error - centre) / np.sqrt(variance)
         own_df = np.minimum(np.maximum(error_blocks - 1, 1.0), k - 1)
-        df = variance**2 / (estimated**2 / (k - 1) + extra**2 / own_df)
+        df = variance**2 / (estimated**2 / estimated_df + extra**2 / own_df)
     degenerate = variance <= 0
     z = np.where(degenerate, np.where(above, math.inf, 0.0), z)
     df = np.where(degenerate, 0.0, df)
@@ -168,6 +178,83 @@ def excess_error_tests(
     pvalue = np.where(untestable | few, np.nan, pvalue)
     df = np.where(untestable | few, np.nan, df)
     return z, pvalue, df
+
+
+def _good_run_spread(
+    good_errors: np.ndarray, good_variances: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per model (row): the mean of its finite good-run errors, their sample variance
+    and the mean within-run variance of those runs (NaN where none is known)."""
+    good = np.isfinite(good_errors)
+    k = good.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        variances = np.where(good, good_variances, np.nan)
+        counted = (good & ~np.isnan(variances)).sum(axis=1)
+        within = np.where(good, np.nan_to_num(variances), 0.0).sum(axis=1) / counted
+        within = np.where(counted > 0, within, np.nan)
+        centre = np.where(good, good_errors, 0.0).sum(axis=1) / k
+        deviations = np.where(good, good_errors - centre[:, None], 0.0)
+        sample_variance = np.einsum("ij,ij->i", deviations, deviations) / (k - 1)
+    return centre, sample_variance, within
+
+
+@dataclass(frozen=True)
+class VariancePrior:
+    """The distribution of the models' between-run over within-run variance ratios:
+    ratio x chi-square(df) / df, as in an empirical Bayes moderated t."""
+
+    df: float  # prior degrees of freedom d0 (0: no information, inf: one common ratio)
+    ratio: float  # prior ratio s0²
+
+
+def variance_prior(good_errors: np.ndarray, good_variances: np.ndarray) -> VariancePrior:
+    """Fit ``VariancePrior`` to the models (rows of good-run errors and their within-run
+    variances, as for ``excess_error_tests``) by the method of moments of Smyth (2004,
+    limma's moderated t) on the log ratios: each model's ratio r of sample variance
+    (k - 1 degrees of freedom) to mean within-run variance is taken to be s0² times a
+    chi-square(d0) / d0 variable times a chi-square(k - 1) / (k - 1) one; the log ratios'
+    mean and variance (less what k - 1 degrees of freedom contribute) give s0² and d0.
+    No information (d0 = 0) with fewer than ``_MIN_PRIOR_MODELS`` models of three or
+    more good runs."""
+    _, sample_variance, within = _good_run_spread(good_errors, good_variances)
+    df = np.isfinite(good_errors).sum(axis=1) - 1.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = sample_variance / within
+    usable = (df >= 2) & (within > 0) & np.isfinite(ratio) & (ratio > 0)
+    if usable.sum() < _MIN_PRIOR_MODELS:
+        return VariancePrior(0.0, math.nan)
+    half = df[usable] / 2
+    adjusted = np.log(ratio[usable]) - digamma(half) + np.log(half)
+    centre = float(np.mean(adjusted))
+    excess = float(np.var(adjusted, ddof=1) - np.mean(polygamma(1, half)))
+    if excess <= 0:
+        return VariancePrior(math.inf, math.exp(centre))
+    d0 = 2 * _trigamma_inverse(excess)
+    return VariancePrior(d0, math.exp(centre + digamma(d0 / 2) - math.log(d0 / 2)))
+
+
+def moderated_ratio(ratio: np.ndarray, df: np.ndarray, prior: VariancePrior) -> np.ndarray:
+    """The posterior variance ratio of each model: (d0 s0² + d r) / (d0 + d), its
+    own ratio r (d degrees of freedom) shrunk toward the prior's s0²."""
+    if math.isinf(prior.df):
+        return np.full(np.shape(ratio), prior.ratio)
+    return (prior.df * prior.ratio + df * ratio) / (prior.df + df)
+
+
+def _trigamma_inverse(value: float) -> float:
+    """y with trigamma(y) = value, by Newton's method from 0.5 + 1 / value (Smyth 2004)."""
+    if value > 1e7:
+        return 1 / math.sqrt(value)
+    if value < 1e-6:
+        return 1 / value
+    y = 0.5 + 1 / value
+    for _ in range(50):
+        tri = float(polygamma(1, y))
+        step = tri * (1 - tri / value) / float(polygamma(2, y))
+        y += step
+        if -step / y < 1e-8:
+            break
+    return y
 
 
 def tail_inflation(null_pvalues: Sequence[float]) -> float:

@@ -45,12 +45,14 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.covariance import ledoit_wolf_shrinkage
 
 from perfwatch.detectors.counter_decision import (
+    VariancePrior,
     deflate,
     error_statistics,
     excess_error_tests,
     familywise,
     pvalue_to_z,
     tail_inflation,
+    variance_prior,
 )
 from perfwatch.detectors.counter_steps import (
     Distance,
@@ -370,6 +372,28 @@ class _Scores:
 
 
 @dataclass
+class _ModelErrors:
+    """Errors of a cluster's models, two per candidate dependent (on all the other
+    members; without the strongest predictor, NaN where there is none), flattened
+    candidate-major: on the target, and on each baseline run (models x runs)."""
+
+    members: list[str]
+    strongest: np.ndarray  # per candidate: the design column left out (0: none)
+    fitted_rows: np.ndarray  # the baseline blocks the models fit
+    error: np.ndarray
+    variance: np.ndarray
+    blocks: np.ndarray  # the target's effective number of blocks
+    good: np.ndarray
+    good_variances: np.ndarray
+
+    @property
+    def exists(self) -> np.ndarray:
+        return np.column_stack(
+            [np.ones(self.strongest.size, dtype=bool), self.strongest > 0]
+        ).ravel()
+
+
+@dataclass
 class _Cluster:
     members: list[str]  # predictors, and dependents
     redundant: list[str] = field(default_factory=list)  # dependents only
@@ -473,6 +497,10 @@ class CounterRegressionCheck(BaseEstimator):
         left out; the remaining gaps are filled by linear interpolation in time for the
         models (KS tests and errors use only blocks with a real sample).
     look_first: how many counters the result names to look at first.
+    moderate_variance: under ``decision="pvalue"``, each model's between-run variance
+        (from a handful of good runs) is shrunk toward a prior fitted across all models of
+        the check (an empirical Bayes moderated t, ``variance_prior``), which adds the
+        prior's degrees of freedom to the model's few.
     """
 
     # False in a calibration's folds, which use only the excess errors: the numbers that
@@ -504,6 +532,7 @@ class CounterRegressionCheck(BaseEstimator):
         calibration_margin: float = 0.05,
         robust_fit: bool = True,
         drop_run_level_predictors: bool = True,
+        moderate_variance: bool = False,
         decision: Decision = "pvalue",
         alpha: float = 0.01,
         max_missing_fraction: float = 0.5,
@@ -530,6 +559,7 @@ class CounterRegressionCheck(BaseEstimator):
         self.calibration_margin = calibration_margin
         self.robust_fit = robust_fit
         self.drop_run_level_predictors = drop_run_level_predictors
+        self.moderate_variance = moderate_variance
         self.decision = decision
         self.alpha = alpha
         self.max_missing_fraction = max_missing_fraction
@@ -819,18 +849,34 @@ class CounterRegressionCheck(BaseEstimator):
             )
 
         threshold = self.effective_threshold
+        clusters = [
+            (
+                number,
+                _Cluster(
+                    [m for m in members if m in values], [m for m in redundant if m in values]
+                ),
+            )
+            for number, (members, redundant) in enumerate(
+                zip(self.clusters_, self.redundant_members_, strict=True)
+            )
+        ]
+        clusters = [(n, c) for n, c in clusters if c.members or c.redundant]
+        pools = [self._pool(cluster, observed) for _, cluster in clusters]
+        # every model's errors first: the moderating prior is fitted across all of them
+        errors = [
+            self._model_errors(cluster.members, pool, values, observed) if modelled else None
+            for (_, cluster), (pool, modelled) in zip(clusters, pools, strict=True)
+        ]
+        prior = self._variance_prior([e for e in errors if e is not None])
         results = []
         null: list[float] = []
-        for number, (members, redundant) in enumerate(
-            zip(self.clusters_, self.redundant_members_, strict=True)
-        ):
-            cluster = _Cluster(
-                [m for m in members if m in values], [m for m in redundant if m in values]
+        for (number, cluster), (pool, _), model_errors in zip(clusters, pools, errors, strict=True):
+            scores = None if model_errors is None else self._score_models(model_errors, prior)
+            if scores is not None:
+                null += scores.null
+            results.append(
+                self._check_cluster(number, cluster, pool, scores, values, observed, threshold)
             )
-            if cluster.members or cluster.redundant:
-                results.append(
-                    self._check_cluster(number, cluster, values, observed, threshold, null)
-                )
         runs = len(self._run_slices)
         tests = sum(c.tests for c in results)
         inflation = tail_inflation(null)
@@ -891,15 +937,11 @@ class CounterRegressionCheck(BaseEstimator):
             blame=blame[: self.look_first],
         )
 
-    def _check_cluster(
-        self,
-        number: int,
-        cluster: _Cluster,
-        target: dict[str, np.ndarray],
-        target_observed: dict[str, np.ndarray],
-        threshold: float,
-        null: list[float],
-    ) -> ClusterResult:
+    def _pool(
+        self, cluster: _Cluster, target_observed: dict[str, np.ndarray]
+    ) -> tuple[list[str], bool]:
+        """The candidate dependents of a cluster that are modelled (every one that can be,
+        or the one a KS rule picks), and whether they get models at all."""
         everyone = cluster.members + cluster.redundant
         # a percentage of a counter that is zero most of the time means nothing
         candidates = [c for c in everyone if c not in self.usually_zero_]
@@ -911,24 +953,34 @@ class CounterRegressionCheck(BaseEstimator):
             or any(m != c for m in cluster.members)
         ]
         if self.dependent_selection == "largest_excess":
-            pool = modelable
-        else:
-            pool = candidates or everyone
-            statistics = ks_statistics(
-                np.column_stack([self._baseline_observed[c] for c in pool]),
-                np.column_stack([target_observed[c] for c in pool]),
-            )
-            if self.dependent_selection == "beyond_baseline":
-                statistics = statistics - np.array([self.baseline_spread_[c] for c in pool])
-            pool = [pool[int(np.argmax(statistics))]]
-        scores = None
-        if pool and pool[0] in modelable:
-            scores = self._score_models(cluster.members, pool, target, target_observed)
-            null += scores.null
+            return modelable, bool(modelable)
+        pool = candidates or everyone
+        statistics = ks_statistics(
+            np.column_stack([self._baseline_observed[c] for c in pool]),
+            np.column_stack([target_observed[c] for c in pool]),
+        )
+        if self.dependent_selection == "beyond_baseline":
+            statistics = statistics - np.array([self.baseline_spread_[c] for c in pool])
+        chosen = pool[int(np.argmax(statistics))]
+        return [chosen], chosen in modelable
+
+    def _check_cluster(
+        self,
+        number: int,
+        cluster: _Cluster,
+        pool: list[str],
+        scores: _Scores | None,
+        target: dict[str, np.ndarray],
+        target_observed: dict[str, np.ndarray],
+        threshold: float,
+    ) -> ClusterResult:
+        everyone = cluster.members + cluster.redundant
+        if scores is not None:
             ranking = scores.z if self.effective_decision == "pvalue" else scores.excess
             position = int(np.argmax(ranking))
             dependent = pool[position]
         else:
+            candidates = [c for c in everyone if c not in self.usually_zero_]
             dependent = (pool or candidates or everyone)[0]
         ks_statistic = ks_pvalue = math.nan
         if self._report:
@@ -989,18 +1041,17 @@ class CounterRegressionCheck(BaseEstimator):
             candidate_z=candidate_z,
         )
 
-    def _score_models(
+    def _model_errors(
         self,
         members: list[str],
         candidates: list[str],
         target: dict[str, np.ndarray],
         target_observed: dict[str, np.ndarray],
-    ) -> _Scores:
-        """Per candidate: its model's prediction error on the target, the model's usual
-        error on good runs (``_usual_errors`` of its errors on each baseline run, fitted on
-        the others; with one baseline run, its error on that run), and what is compared
-        with the threshold. With decouple_strongest, the better of the model on all the
-        other members and the model without the strongest of them.
+    ) -> _ModelErrors:
+        """Per candidate, of its model on all the other members and (with
+        decouple_strongest) of the model without the strongest of them: the prediction
+        error on the target and on each baseline run, fitted on the others (with one
+        baseline run, on that run), with their within-run statistics.
 
         A member is modelled on the other members, a redundant counter on all members.
         All models of one fit come from a single inverse Gram matrix instead of one
@@ -1082,13 +1133,44 @@ class CounterRegressionCheck(BaseEstimator):
             statistic.reshape(len(actual), -1)
             for statistic in error_statistics(blocks.reshape(length, -1), self.error_trim)
         )
-        exists = np.column_stack([np.ones(columns.size, dtype=bool), strongest > 0]).ravel()
-        error, good, good_variances = means[0], means[1:].T, variances[1:].T
-        z = pvalue = np.full(error.shape, np.nan)
-        tested = self._report or self.effective_decision == "pvalue"
+        return _ModelErrors(
+            members=members,
+            strongest=strongest,
+            fitted_rows=everything,
+            error=means[0],
+            variance=variances[0],
+            blocks=effective[0],
+            good=means[1:].T,
+            good_variances=variances[1:].T,
+        )
+
+    def _tested(self) -> bool:
+        return self._report or self.effective_decision == "pvalue"
+
+    def _variance_prior(self, errors: list[_ModelErrors]) -> VariancePrior | None:
+        """The prior of every model's between-run variance (``variance_prior``) fitted to
+        all models of the check; None without ``moderate_variance`` or a test."""
+        if not (self.moderate_variance and self._tested() and errors):
+            return None
+        good = np.vstack([e.good[e.exists] for e in errors])
+        good_variances = np.vstack([e.good_variances[e.exists] for e in errors])
+        return variance_prior(good, good_variances)
+
+    def _score_models(self, errors: _ModelErrors, prior: VariancePrior | None) -> _Scores:
+        """Per candidate: its model's error on the target, the model's usual error on good
+        runs (``_usual_errors``), what is compared with the threshold, and how unusual the
+        error is (z, p-value; the between-run variance moderated by ``prior``). With
+        decouple_strongest, the better of the model on all the other members and the
+        model without the strongest of them."""
+        members, strongest = errors.members, errors.strongest
+        exists, error, good = errors.exists, errors.error, errors.good
+        good_variances = errors.good_variances
+        z: np.ndarray = np.full(error.shape, np.nan)
+        pvalue: np.ndarray = np.full(error.shape, np.nan)
+        tested = self._tested()
         if tested:
             z, pvalue, _ = excess_error_tests(
-                error, variances[0], good, good_variances, effective[0]
+                error, errors.variance, good, good_variances, errors.blocks, prior
             )
         usual = _usual_errors(good)
         excess = error - np.where(np.isfinite(usual), usual, 0.0)
@@ -1097,14 +1179,15 @@ class CounterRegressionCheck(BaseEstimator):
         excess = np.where(np.isfinite(excess), excess, -math.inf).reshape(-1, 2)
         z = np.where(np.isfinite(z), z, -math.inf).reshape(-1, 2)
 
-        scores = _Scores(len(candidates))
-        scores.fitted_rows = everything
+        size = strongest.size
+        scores = _Scores(size)
+        scores.fitted_rows = errors.fitted_rows
         scores.tests = int(exists.sum())
         if tested:
-            scores.null = _null_pvalues(good[exists], good_variances[exists])
+            scores.null = _null_pvalues(good[exists], good_variances[exists], prior)
         ranking = z if self.effective_decision == "pvalue" else excess
         chosen = np.where((strongest > 0) & (ranking[:, 1] > ranking[:, 0]), 1, 0)
-        pick = (np.arange(columns.size), chosen)
+        pick = (np.arange(size), chosen)
         scores.error = error.reshape(-1, 2)[pick]
         scores.usual = usual.reshape(-1, 2)[pick]
         scores.excess, scores.z = excess[pick], z[pick]
@@ -1396,7 +1479,9 @@ def _usual_errors(errors: np.ndarray) -> np.ndarray:
     return mean + 2.0 * np.where(count > 1, spread, 0.0)
 
 
-def _null_pvalues(errors: np.ndarray, variances: np.ndarray) -> list[float]:
+def _null_pvalues(
+    errors: np.ndarray, variances: np.ndarray, prior: VariancePrior | None
+) -> list[float]:
     """p-values of the good runs, each checked against the others, of every model
     (row) with at least three finite errors: every (model, run) pair in one batch."""
     tested = (np.isfinite(errors).sum(axis=1) >= 3)[:, None] & np.isfinite(errors)
@@ -1409,6 +1494,7 @@ def _null_pvalues(errors: np.ndarray, variances: np.ndarray) -> list[float]:
         others,
         variances[model],
         np.full(model.size, math.inf),
+        prior,
     )
     return pvalues.tolist()
 

@@ -1011,7 +1011,8 @@ cdef tuple _merge(
     mm.noise_floor = noise_floor
     mm.trend = trend
     mm.trim = trim
-    mm.scratch = <double*>malloc((n if n > 0 else 1) * sizeof(double))
+    # the trimmed test sorts a copy of each segment
+    mm.scratch = <double*>malloc((n if n > 0 else 1) * sizeof(double)) if trim > 0.0 else NULL
     mm.keys = &keys_mv[0, 0]
     mm.vals = &vals_mv[0, 0]
     mm.cap = cap
@@ -1022,7 +1023,7 @@ cdef tuple _merge(
     mm.table = _memo_table(mm.keys, cap, 0, &mm.table_size)
     if (
         idx == NULL or short_lo == NULL or short_hi == NULL or buf == NULL
-        or mm.old_table == NULL or mm.table == NULL or mm.scratch == NULL
+        or mm.old_table == NULL or mm.table == NULL or (trim > 0.0 and mm.scratch == NULL)
     ):
         free(idx)
         free(short_lo)

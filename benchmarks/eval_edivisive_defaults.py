@@ -25,6 +25,8 @@ MODES = {
     "default,no-selection": EDivisiveParams(selection_correction=False),
     "default,no-local-test": EDivisiveParams(local_split_test=False),
     "default,trend": EDivisiveParams(trend_test=True),
+    "default,no-trend-check": EDivisiveParams(trend_check=False),
+    "default,trim=0.1": EDivisiveParams(trim=0.1),
 }
 
 

@@ -20,6 +20,7 @@ PARAMS = [
     EDivisiveParams(compat="otava", window_len=8, max_pvalue=0.05, min_magnitude=0.01),
     EDivisiveParams(window_len=10, min_segment_len=1, max_pvalue=0.01),
     EDivisiveParams(window_len=16, min_segment_len=2, trend_test=True, noise_floor=0.0),
+    EDivisiveParams(window_len=12, trend_check=False, trim=0.2),
 ]
 
 
@@ -100,18 +101,26 @@ def test_incremental_equals_full_recomputation(case):
         assert same(a.change_points_, full)
 
 
+def fresh_row(x: np.ndarray, lo: int, mid: int, hi: int, params: EDivisiveParams) -> bytes:
+    """A merge memo row computed afresh with the Python-visible kernels, as bytes."""
+    _, _, _, noise_floor, _, _, trend, trim = params.merge_settings()
+    fresh = list(K.segment_stats(x, lo, mid, hi, noise_floor))
+    if trim > 0:
+        fresh[4] = K.trimmed_ttest_p(x, lo, mid, hi, trim, noise_floor)
+    tested = trend == K.TREND_ALWAYS or (
+        trend == K.TREND_WHERE_LINE_FITS and not K.step_beats_line(x, lo, mid, hi)
+    )
+    fresh.append(K.trend_shift_p(x, lo, mid, hi, noise_floor) if tested else 0.0)
+    return np.asarray(fresh).tobytes()
+
+
 def memo_rows_hold(a: SeriesAnalyzer) -> bool:
     """Every remembered merge test equals its recomputation on the current series."""
     x = K.fill_gaps(a.values_)
-    noise_floor = a.params.merge_settings()[3]
-    trend = a.params.merge_settings()[6]
-    for (lo, mid, hi), row in zip(a._memo.keys.tolist(), a._memo.vals.tolist(), strict=True):
-        fresh = list(K.segment_stats(x, lo, mid, hi, noise_floor))
-        if trend:
-            fresh.append(K.trend_shift_p(x, lo, mid, hi, noise_floor))
-        if np.asarray(row[: len(fresh)]).tobytes() != np.asarray(fresh).tobytes():
-            return False
-    return True
+    return all(
+        np.asarray(row).tobytes() == fresh_row(x, lo, mid, hi, a.params)
+        for (lo, mid, hi), row in zip(a._memo.keys.tolist(), a._memo.vals.tolist(), strict=True)
+    )
 
 
 @st.composite
@@ -209,10 +218,8 @@ def test_merge_gives_the_same_with_or_without_a_memo_even_when_it_overflows():
         assert plain.tobytes() == again.tobytes()
         assert keys2.shape == keys.shape
         # rows taken from the memo are the rows computed afresh
-        for key, row in zip(keys2.tolist(), vals2.tolist(), strict=True):
-            lo, mid, hi = key
-            fresh = K.segment_stats(x, lo, mid, hi, settings_[3])
-            assert np.asarray(row[:5]).tobytes() == np.asarray(fresh).tobytes()
+        for (lo, mid, hi), row in zip(keys2.tolist(), vals2.tolist(), strict=True):
+            assert np.asarray(row).tobytes() == fresh_row(x, lo, mid, hi, params)
 
 
 def test_append_one_at_a_time_equals_full_and_resumes_after_restart():

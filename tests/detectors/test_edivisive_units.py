@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from perfwatch.detectors import _kernels as K
@@ -143,6 +145,11 @@ def test_params_roundtrip_and_validation():
         {"min_segment_len": 0},
         {"compat": "otava", "min_segment_len": 5},
         {"compat": "otava", "noise_floor": 0.0},
+        {"compat": "otava", "trend_check": False},
+        {"compat": "otava", "trim": 0.1},
+        {"trim": 0.5},
+        {"trim": -0.1},
+        {"trim": "0.1"},
     ):
         with pytest.raises(ValueError):
             EDivisiveParams(**bad)
@@ -271,31 +278,127 @@ def test_classify_direction_rejects_unknown_direction():
         classify_direction(1.0, "up")
 
 
-def test_trend_test_option_keeps_a_smooth_trend_whole():
+def test_trend_options_keep_a_smooth_trend_whole():
     rng = np.random.default_rng(6)
     x = 100 + np.linspace(0, 20, 300) + rng.normal(0, 1, 300)
     assert len(detect_change_points(x, EDivisiveParams(compat="otava"))) >= 5
-    assert len(detect_change_points(x)) >= 5  # default mode: not fixed
+    assert len(detect_change_points(x, EDivisiveParams(trend_check=False))) >= 5
+    assert detect_change_points(x) == []  # the default's trend check
     assert detect_change_points(x, EDivisiveParams(trend_test=True)) == []
     y = x.copy()
-    y[150:] += 5  # a real step on top of the trend is still found
-    (cp,) = detect_change_points(y, EDivisiveParams(trend_test=True))
-    assert abs(cp.index - 150) <= 1
+    y[150:] += 3  # a real step on top of the trend is still found
+    for params in (EDivisiveParams(), EDivisiveParams(trend_test=True)):
+        (cp,) = detect_change_points(y, params)
+        assert abs(cp.index - 150) <= 1
 
 
-def test_trend_shift_p_by_hand():
-    # pure line: no shift; line + step: a shift
-    t = np.arange(20, dtype=float)
-    assert K.trend_shift_p(1.0 + 0.5 * t + np.tile([0.1, -0.1], 10), 0, 10, 20, 0.0) > 0.5
-    y = 1.0 + 0.5 * t + np.tile([0.1, -0.1], 10)
-    y[10:] += 3.0
-    assert K.trend_shift_p(y, 0, 10, 20, 0.0) < 1e-10
+def test_trend_check_keeps_a_step_without_trend_as_before():
+    # where the step fits better than a line, the default's p-value is the
+    # t-test's alone: the same change points as without the check
+    rng = np.random.default_rng(11)
+    x = 100 + rng.normal(0, 1, 200)
+    x[90:] += 1.5
+    x[150:] -= 2.0
+    with_check = detect_change_points(x)
+    assert [abs(c.index - at) <= 2 for c, at in zip(with_check, (90, 150), strict=True)] == [
+        True,
+        True,
+    ]
+    assert with_check == detect_change_points(x, EDivisiveParams(trend_check=False))
 
 
-def test_clean_step_is_placed_exactly_when_split_candidates_cluster() -> None:
-    # The split step proposes 11, 12 and 13 around this step; the minimum
-    # segment rule must keep the strongest of the three, the true step at 12.
-    rng = np.random.default_rng(148)
-    values = np.round(100 + rng.normal(0, 1, 24) + np.where(np.arange(24) >= 12, 20, 0), 3)
-    found = detect_change_points(values, EDivisiveParams())
-    assert [cp.index for cp in found] == [12]
+def test_step_beats_line_by_hand():
+    t = np.arange(12, dtype=float)
+    wiggle = np.tile([0.2, -0.2], 6)
+    step = np.where(t >= 6, 1.0, 0.0) + wiggle
+    # a step of 1 between two flat halves: the step leaves 12 * 0.04 = 0.48,
+    # a line leaves far more (it cannot bend at 6)
+    assert K.step_beats_line(step, 0, 6, 12)
+    line = 0.5 * t + wiggle
+    # a line: the step leaves each half's slope, sum (0.5 * (i - 2.5))**2 * 2
+    # = 8.75 plus the wiggle, the line only the wiggle
+    assert not K.step_beats_line(line, 0, 6, 12)
+    # the same comparison by least squares
+    for y, mid in ((step, 6), (line, 6), (line, 3), (step + 0.05 * t, 6)):
+        ones = np.ones_like(t)
+        design_line = np.column_stack([ones, t])
+        design_step = np.column_stack([ones, (t >= mid).astype(float)])
+        rss_line = np.linalg.lstsq(design_line, y, rcond=None)[1][0]
+        rss_step = np.linalg.lstsq(design_step, y, rcond=None)[1][0]
+        assert K.step_beats_line(y, 0, mid, 12) == (not rss_line < rss_step)
+    assert K.step_beats_line(line, 0, 2, 4)  # too few points for the trend model
+    with pytest.raises(IndexError):
+        K.step_beats_line(line, 0, 0, 12)
+
+
+def test_trimmed_ttest_by_hand():
+    # n = 5 a side, trim 0.2: one value cut from each end.  a: trimmed mean of
+    # 2, 3, 4 is 3; winsorized 2, 2, 3, 4, 4 (mean 3) has squares sum 4.  b:
+    # trimmed mean 7, squares sum 4.  Pooled variance (4 + 4) / (3 + 3 - 2) = 2,
+    # t = (3 - 7) / sqrt(2 * (1/3 + 1/3)) = -2 sqrt(3), 4 degrees of freedom.
+    x = np.array([1.0, 2, 3, 4, 100, 5, 6, 7, 8, 9])
+    expected = 2 * stats.t.sf(2 * math.sqrt(3), 4)
+    assert K.trimmed_ttest_p(x, 0, 5, 10, 0.2, 0.0) == pytest.approx(expected, rel=1e-12)
+    x[4] = 1e6  # the outlier is cut, whatever its size
+    assert K.trimmed_ttest_p(x, 0, 5, 10, 0.2, 0.0) == pytest.approx(expected, rel=1e-12)
+    # the t-test on means drowns the difference in the outlier's variance
+    assert K.segment_stats(x, 0, 5, 10, 0.0)[4] > 0.25
+    # trim 0: the pooled Student t-test (sample variances)
+    y = np.array([1.0, 2.5, 2, 4, 5, 7, 6.5, 8])
+    plain = stats.ttest_ind(y[:3], y[3:]).pvalue
+    assert K.trimmed_ttest_p(y, 0, 3, 8, 0.0, 0.0) == pytest.approx(plain, rel=1e-12)
+    assert K.trimmed_ttest_p(y, 0, 1, 2, 0.2, 0.0) == 1.0  # two points: no test
+    with pytest.raises(ValueError):
+        K.trimmed_ttest_p(y, 0, 3, 8, 0.5, 0.0)
+
+
+@pytest.mark.parametrize("trim", [0.05, 0.1, 0.2, 0.3])
+def test_trimmed_ttest_is_yuens_as_scipy_computes_it(trim):
+    rng = np.random.default_rng(int(trim * 100))
+    for n1, n2 in ((3, 4), (5, 7), (10, 13), (23, 40), (60, 61), (150, 9)):
+        x = 50 + rng.standard_t(3, n1 + n2)
+        x[n1:] += rng.uniform(-2, 2)
+        expected = stats.ttest_ind(x[:n1], x[n1:], trim=trim).pvalue
+        got = K.trimmed_ttest_p(x, 0, n1, n1 + n2, trim, 0.0)
+        assert got == pytest.approx(expected, rel=1e-10, abs=1e-300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-1e3, 1e3), min_size=5, max_size=40),
+    st.lists(st.floats(-1e3, 1e3), min_size=5, max_size=40),
+    st.floats(0.01, 100),
+    st.floats(-1e3, 1e3),
+)
+def test_trimmed_ttest_invariants(a, b, scale, shift):
+    x = np.array(a + b)
+    n1, n = len(a), len(a) + len(b)
+    p = K.trimmed_ttest_p(x, 0, n1, n, 0.2, 0.0)
+    assert 0.0 <= p <= 1.0 or math.isnan(p)
+    # the order of the runs within a side does not matter, nor which side is first
+    swapped = np.array(b[::-1] + a[::-1])
+    assert K.trimmed_ttest_p(swapped, 0, n - n1, n, 0.2, 0.0) == pytest.approx(p, nan_ok=True)
+    # nor the unit of the metric
+    moved = K.trimmed_ttest_p(x * scale + shift, 0, n1, n, 0.2, 0.0)
+    if not math.isnan(p) and np.ptp(x) > 1e-6:
+        assert moved == pytest.approx(p, rel=1e-6, abs=1e-12)
+    # the largest value of each side is cut (g >= 1): making it larger changes nothing
+    wild = x.copy()
+    wild[int(np.argmax(x[:n1]))] += 1e4
+    wild[n1 + int(np.argmax(x[n1:]))] += 1e4
+    assert K.trimmed_ttest_p(wild, 0, n1, n, 0.2, 0.0) == pytest.approx(p, nan_ok=True)
+
+
+def test_trim_option_finds_a_step_in_heavy_tailed_noise():
+    # Student t noise with 2 df: a few huge values inflate the pooled
+    # variance of the t-test on means, not the trimmed test's
+    def found(params: EDivisiveParams) -> int:
+        hits = 0
+        for seed in range(40):
+            x = 100 + np.random.default_rng(seed).standard_t(2, 200)
+            x[100:] += 1.2
+            hits += any(abs(c.index - 100) <= 3 for c in detect_change_points(x, params))
+        return hits
+
+    assert found(EDivisiveParams()) <= 5
+    assert found(EDivisiveParams(trim=0.2)) >= 10

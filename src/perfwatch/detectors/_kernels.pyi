@@ -12,6 +12,9 @@ I64 = npt.NDArray[np.int64]
 MODE_OTAVA: int
 MODE_DEFAULT: int
 MEMO_COLS: int
+TREND_OFF: int
+TREND_ALWAYS: int
+TREND_WHERE_LINE_FITS: int
 
 def mean_std(a: F64, lo: int, hi: int) -> tuple[float, float]: ...
 def student_t_cdf(t: float, df: float) -> float: ...
@@ -24,6 +27,10 @@ def segment_stats(
 ) -> tuple[float, float, float, float, float]: ...
 def magnitude(m1: float, m2: float) -> float: ...
 def trend_shift_p(x: F64, lo: int, mid: int, hi: int, noise_floor: float) -> float: ...
+def step_beats_line(x: F64, lo: int, mid: int, hi: int) -> bool: ...
+def trimmed_ttest_p(
+    x: F64, lo: int, mid: int, hi: int, trim: float, noise_floor: float
+) -> float: ...
 def window_tables(y: F64, ws: int, m: int, D: F64, V: F64, H: F64) -> None: ...
 def best_split(
     a: int, b: int, D: F64, V: F64, H: F64, Vp: F64, cV: F64, Q: F64, min_left: int
@@ -51,7 +58,8 @@ def merge(
     noise_floor: float,
     min_seg: int,
     bonferroni: bool,
-    trend: bool,
+    trend: int,
+    trim: float,
     memo_keys: I64,
     memo_vals: F64,
 ) -> tuple[F64, I64, F64]: ...
@@ -63,7 +71,7 @@ def append_values(
     offsets: I64,
     cps: I64,
     split: tuple[int, float, float, bool],
-    merge_settings: tuple[float, float, int, float, int, bool, bool],
+    merge_settings: tuple[float, float, int, float, int, bool, int, float],
     memo_keys: I64,
     memo_vals: F64,
 ) -> tuple[F64, F64, I64, I64, I64, int, F64, I64, F64]: ...

@@ -27,7 +27,7 @@ Arrays passed in must be C-contiguous float64 / int64 numpy arrays.
 
 from libc.math cimport erfc, exp, fabs, isinf, isnan, lgamma, log, log1p, sqrt
 from libc.stdint cimport int64_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc
+from libc.stdlib cimport calloc, free, malloc, qsort
 
 import numpy as np
 
@@ -348,6 +348,72 @@ cdef double _ttest_p(
     return p
 
 
+cdef int _cmp_double(const void* a, const void* b) noexcept nogil:
+    cdef double u = (<const double*>a)[0], v = (<const double*>b)[0]
+    return (u > v) - (u < v)
+
+
+cdef void _trimmed_moments(
+    const double* x, Py_ssize_t lo, Py_ssize_t hi, double trim, double* scratch,
+    double* out
+) noexcept nogil:
+    """out[0:3] = (trimmed mean, winsorized sum of squared deviations, h) of
+    x[lo:hi]: g = floor(trim * n) values cut from each end (h = n - 2g left)
+    for the mean; for the squares they are set to the nearest value kept."""
+    cdef Py_ssize_t n = hi - lo, g, h, i
+    cdef double s = 0.0, w, wm, ss = 0.0
+    for i in range(n):
+        scratch[i] = x[lo + i]
+    qsort(scratch, n, sizeof(double), _cmp_double)
+    g = <Py_ssize_t>(trim * n)
+    h = n - 2 * g
+    for i in range(g, n - g):
+        s += scratch[i]
+    wm = (s + g * (scratch[g] + scratch[n - g - 1])) / n
+    for i in range(n):
+        w = scratch[i]
+        if i < g:
+            w = scratch[g]
+        elif i >= n - g:
+            w = scratch[n - g - 1]
+        ss += (w - wm) * (w - wm)
+    out[0] = s / h
+    out[1] = ss
+    out[2] = h
+
+
+cdef double _trimmed_ttest_p(
+    const double* x, Py_ssize_t lo, Py_ssize_t mid, Py_ssize_t hi, double trim,
+    double noise_floor, double* scratch
+) noexcept nogil:
+    """Two-sided p-value of Yuen's trimmed t-test with pooled winsorized
+    variance (Yuen & Dixon) between x[lo:mid] and x[mid:hi]: trimmed means,
+    a scale that a few outliers do not inflate, h1 + h2 - 2 degrees of
+    freedom.  trim = 0 is the pooled Student t-test."""
+    cdef double a[3]
+    cdef double b[3]
+    cdef double df, svar, mu, fl, t, p
+    if hi - lo <= 2:
+        return 1.0
+    _trimmed_moments(x, lo, mid, trim, scratch, a)
+    _trimmed_moments(x, mid, hi, trim, scratch, b)
+    df = a[2] + b[2] - 2.0
+    if df <= 0.0:
+        return 1.0
+    svar = (a[1] + b[1]) / df
+    if noise_floor > 0.0:
+        mu = ((mid - lo) * a[0] + (hi - mid) * b[0]) / <double>(hi - lo)
+        fl = noise_floor * fabs(mu)
+        fl = fl * fl
+        if svar < fl:
+            svar = fl
+    t = (a[0] - b[0]) / sqrt(svar * (1.0 / a[2] + 1.0 / b[2]))
+    p = 2.0 * _student_t_cdf(-fabs(t), df)
+    if noise_floor > 0.0 and p != p:
+        return 1.0
+    return p
+
+
 cdef inline void _segment_stats(
     const double* x, Py_ssize_t lo, Py_ssize_t mid, Py_ssize_t hi, double noise_floor,
     double* out
@@ -418,6 +484,18 @@ cdef double _trend_shift_p(
         return 0.0 if b != 0.0 else 1.0
     t = b / sqrt(s2 / sdd)
     return 2.0 * _student_t_cdf(-fabs(t), N - 3.0)
+
+
+cdef double _line_rss(const double* x, Py_ssize_t lo, Py_ssize_t hi, double ybar) noexcept nogil:
+    """Residual sum of squares of the least-squares line through x[lo:hi],
+    whose mean is ybar: S_yy - S_ty**2 / S_tt (S_tt = N (N**2 - 1) / 12)."""
+    cdef Py_ssize_t N = hi - lo, i
+    cdef double tm = (N - 1) / 2.0, sty = 0.0, syy = 0.0, yv
+    for i in range(N):
+        yv = x[lo + i] - ybar
+        sty += (i - tm) * yv
+        syy += yv * yv
+    return syy - sty * sty / (N * (N * <double>N - 1.0) / 12.0)
 
 
 # --------------------------------------------------------------------------
@@ -742,11 +820,12 @@ cdef tuple _window_chain(
 # the merge step's memo of segment statistics
 # --------------------------------------------------------------------------
 # Row r: keys[r] = (lo, mid, hi) and vals[r] = the (m1, s1, m2, s2, p) of
-# ``segment_stats(x, lo, mid, hi)``, then ``trend_shift_p(x, lo, mid, hi)``
-# (computed only with the trend test on).  A row depends on x[lo:hi] and the
-# parameters only, so it stays valid while that slice does: a growing series
-# reuses almost every row of its previous merge.  Rows are found through an
-# open-addressing hash table of row numbers built for each merge (not stored).
+# ``segment_stats(x, lo, mid, hi)`` (p from ``trimmed_ttest_p`` with a trim),
+# then ``trend_shift_p(x, lo, mid, hi)`` where the trend test applies, else 0.
+# A row depends on x[lo:hi] and the parameters only, so it stays valid while
+# that slice does: a growing series reuses almost every row of its previous
+# merge.  Rows are found through an open-addressing hash table of row numbers
+# built for each merge (not stored).
 MEMO_COLS = 6
 cdef enum:
     NCOLS = 6
@@ -794,10 +873,24 @@ cdef Py_ssize_t* _memo_table(
     return table
 
 
+# Merge-step trend tests: none; a level shift on top of a line, at every
+# point; the same only where a line fits the two segments better than the
+# step does (``step_beats_line`` is false).
+TREND_OFF = 0
+TREND_ALWAYS = 1
+TREND_WHERE_LINE_FITS = 2
+cdef enum:
+    C_TREND_OFF = 0
+    C_TREND_ALWAYS = 1
+    C_TREND_WHERE_LINE_FITS = 2
+
+
 cdef struct MergeMemo:
     const double* x
     double noise_floor
-    bint trend
+    int trend
+    double trim
+    double* scratch
     # this merge's memo: cap rows of keys (3 columns) and vals (NCOLS columns)
     int64_t* keys
     double* vals
@@ -810,6 +903,20 @@ cdef struct MergeMemo:
     const double* old_vals
     Py_ssize_t* old_table
     Py_ssize_t old_size
+
+
+cdef inline bint _step_beats_line(
+    const double* x, Py_ssize_t lo, Py_ssize_t mid, Py_ssize_t hi, const double* stats
+) noexcept nogil:
+    """``step_beats_line`` with the segments' (m1, s1, m2, s2) in stats: the
+    step leaves n * s**2 (population deviations) in each segment."""
+    cdef Py_ssize_t n1 = mid - lo, n2 = hi - mid
+    if n1 + n2 - 3 < 2:
+        return True
+    return not (
+        _line_rss(x, lo, hi, (n1 * stats[0] + n2 * stats[2]) / (n1 + n2))
+        < n1 * stats[1] * stats[1] + n2 * stats[3] * stats[3]
+    )
 
 
 cdef Py_ssize_t _memo_row(MergeMemo* mm, int64_t lo, int64_t mid, int64_t hi) noexcept nogil:
@@ -834,17 +941,24 @@ cdef Py_ssize_t _memo_row(MergeMemo* mm, int64_t lo, int64_t mid, int64_t hi) no
             row[col] = mm.old_vals[NCOLS * j + col]
     else:
         _segment_stats(mm.x, lo, mid, hi, mm.noise_floor, row)
-        row[5] = _trend_shift_p(mm.x, lo, mid, hi, mm.noise_floor) if mm.trend else 0.0
+        if mm.trim > 0.0:
+            row[4] = _trimmed_ttest_p(mm.x, lo, mid, hi, mm.trim, mm.noise_floor, mm.scratch)
+        row[5] = 0.0
+        if mm.trend != C_TREND_OFF:
+            # the shift test only where the step alone does not fit better
+            # than a line (mostly it does, and the line's fit costs less)
+            if mm.trend == C_TREND_ALWAYS or not _step_beats_line(mm.x, lo, mid, hi, row):
+                row[5] = _trend_shift_p(mm.x, lo, mid, hi, mm.noise_floor)
     return r
 
 
 cdef inline void _stats_into(
     const double* row, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t i, double* m1, double* s1,
-    double* m2, double* s2, double* p, bint bonferroni, bint trend
+    double* m2, double* s2, double* p, bint bonferroni
 ) noexcept nogil:
     """Point i's statistics from a memo row, with the merge's p-value rules."""
     cdef double pv = row[4]
-    if trend and row[5] > pv:
+    if row[5] > pv:  # the trend test's p-value (0 without one)
         pv = row[5]
     if bonferroni:
         pv = pv * (hi - lo - 1)
@@ -860,7 +974,7 @@ cdef inline void _stats_into(
 cdef tuple _merge(
     const double[::1] x, Py_ssize_t n, const int64_t[::1] weak, double max_pvalue,
     double min_magnitude, int mode, double noise_floor, Py_ssize_t min_seg, bint bonferroni,
-    bint trend, const int64_t[:, ::1] memo_keys, const double[:, ::1] memo_vals
+    int trend, double trim, const int64_t[:, ::1] memo_keys, const double[:, ::1] memo_vals
 ):
     cdef Py_ssize_t k = weak.shape[0], i, j, w, lo, hi, r, first, last
     cdef Py_ssize_t n_old = memo_keys.shape[0]
@@ -896,6 +1010,9 @@ cdef tuple _merge(
     mm.x = _dptr(x)
     mm.noise_floor = noise_floor
     mm.trend = trend
+    mm.trim = trim
+    # the trimmed test sorts a copy of each segment
+    mm.scratch = <double*>malloc((n if n > 0 else 1) * sizeof(double)) if trim > 0.0 else NULL
     mm.keys = &keys_mv[0, 0]
     mm.vals = &vals_mv[0, 0]
     mm.cap = cap
@@ -906,7 +1023,7 @@ cdef tuple _merge(
     mm.table = _memo_table(mm.keys, cap, 0, &mm.table_size)
     if (
         idx == NULL or short_lo == NULL or short_hi == NULL or buf == NULL
-        or mm.old_table == NULL or mm.table == NULL
+        or mm.old_table == NULL or mm.table == NULL or (trim > 0.0 and mm.scratch == NULL)
     ):
         free(idx)
         free(short_lo)
@@ -914,6 +1031,7 @@ cdef tuple _merge(
         free(buf)
         free(mm.old_table)
         free(mm.table)
+        free(mm.scratch)
         raise MemoryError()
     with nogil:
         for i in range(k):
@@ -924,7 +1042,7 @@ cdef tuple _merge(
             lo = idx[i - 1] if i > 0 else 0
             hi = idx[i + 1] if i + 1 < k else n
             r = _memo_row(&mm, lo, idx[i], hi)
-            _stats_into(mm.vals + NCOLS * r, lo, hi, i, m1, s1, m2, s2, p, bonferroni, trend)
+            _stats_into(mm.vals + NCOLS * r, lo, hi, i, m1, s1, m2, s2, p, bonferroni)
         while k > 0:
             w = -1
             if mode == C_MODE_DEFAULT and min_seg > 1:
@@ -994,7 +1112,7 @@ cdef tuple _merge(
                 lo = idx[i - 1] if i > 0 else 0
                 hi = idx[i + 1] if i + 1 < k else n
                 r = _memo_row(&mm, lo, idx[i], hi)
-                _stats_into(mm.vals + NCOLS * r, lo, hi, i, m1, s1, m2, s2, p, bonferroni, trend)
+                _stats_into(mm.vals + NCOLS * r, lo, hi, i, m1, s1, m2, s2, p, bonferroni)
         for i in range(k):
             out[i, 0] = idx[i]
             out[i, 1] = m1[i]
@@ -1008,6 +1126,7 @@ cdef tuple _merge(
     free(buf)
     free(mm.old_table)
     free(mm.table)
+    free(mm.scratch)
     used = mm.used
     return out_arr[:k].copy(), keys_arr[:used].copy(), vals_arr[:used].copy()
 
@@ -1088,6 +1207,37 @@ def trend_shift_p(
     return _trend_shift_p(_dptr(x), lo, mid, hi, noise_floor)
 
 
+def step_beats_line(const double[::1] x, Py_ssize_t lo, Py_ssize_t mid, Py_ssize_t hi):
+    """Whether a step at ``mid`` (each segment about its own mean) fits
+    x[lo:hi] at least as well as one straight line does (residual sums of
+    squares; both models have two coefficients).  Where it does not, the
+    default merge also requires a level shift on top of the line
+    (``trend_shift_p``).  True when N - 3 < 2."""
+    cdef double stats[5]
+    _check_range(x.shape[0], lo, hi)
+    if not lo < mid < hi:
+        raise IndexError(f"mid {mid} is not inside ({lo}, {hi})")
+    _segment_stats(_dptr(x), lo, mid, hi, 0.0, stats)
+    return _step_beats_line(_dptr(x), lo, mid, hi, stats)
+
+
+def trimmed_ttest_p(
+    const double[::1] x, Py_ssize_t lo, Py_ssize_t mid, Py_ssize_t hi, double trim,
+    double noise_floor
+):
+    """Two-sided p-value of Yuen's trimmed t-test (pooled winsorized variance)
+    between x[lo:mid] and x[mid:hi], cutting floor(trim * n) values from each
+    end of each side; pooled variance floored at ``(noise_floor * |mean|)**2``."""
+    _check_range(x.shape[0], lo, hi)
+    if not lo < mid < hi:
+        raise IndexError(f"mid {mid} is not inside ({lo}, {hi})")
+    if not 0.0 <= trim < 0.5:
+        raise ValueError(f"trim must be in [0, 0.5), got {trim}")
+    scratch = np.empty(hi - lo, np.float64)
+    cdef double[::1] sc = scratch
+    return _trimmed_ttest_p(_dptr(x), lo, mid, hi, trim, noise_floor, &sc[0])
+
+
 def window_tables(
     const double[::1] y, Py_ssize_t ws, Py_ssize_t m, double[:, ::1] D, double[::1] V,
     double[:, ::1] H
@@ -1153,7 +1303,7 @@ def window_chain(
 def merge(
     const double[::1] x, Py_ssize_t n, const int64_t[::1] weak, double max_pvalue,
     double min_magnitude, int mode, double noise_floor, Py_ssize_t min_seg, bint bonferroni,
-    bint trend, const int64_t[:, ::1] memo_keys, const double[:, ::1] memo_vals
+    int trend, double trim, const int64_t[:, ::1] memo_keys, const double[:, ::1] memo_vals
 ):
     """Stats of every weak change point against its neighbours, then Otava's
     merge: repeatedly drop the weakest point (largest p-value if it is not
@@ -1168,8 +1318,11 @@ def merge(
     mode == MODE_DEFAULT recomputes both neighbours, removes points that leave
     a segment shorter than ``min_seg`` first, applies ``noise_floor`` and (if
     ``bonferroni``) multiplies each p-value by the number of split positions
-    the point was chosen from (n1 + n2 - 1), capped at 1, and (if ``trend``)
-    takes the larger of the t-test's and ``trend_shift_p``'s p-values.
+    the point was chosen from (n1 + n2 - 1), capped at 1.  With ``trim`` > 0
+    the test is ``trimmed_ttest_p`` instead of the t-test on means.  With
+    ``trend`` == TREND_ALWAYS it takes the larger of that test's and
+    ``trend_shift_p``'s p-values; with TREND_WHERE_LINE_FITS, the same only
+    where ``step_beats_line`` is false.
 
     Segment statistics are looked up in the memo rows (``memo_keys``,
     ``memo_vals``; see ``MEMO_COLS``) of an earlier merge with the same
@@ -1183,7 +1336,7 @@ def merge(
         raise ValueError("merge: n must be within x")
     return _merge(
         x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, bonferroni, trend,
-        memo_keys, memo_vals
+        trim, memo_keys, memo_vals
     )
 
 
@@ -1223,7 +1376,7 @@ def append_values(
     append (NaN = gap, filled with the last value before it); (starts,
     offsets, cps): its window chain; ``split``: the settings of
     ``window_chain`` (w to local_test); ``merge_settings``: those of ``merge``
-    (max_pvalue to trend), then its memo.  The filled prefix does not change,
+    (max_pvalue to trim), then its memo.  The filled prefix does not change,
     so the chain's windows that end before the first new point are kept, the
     rest are recomputed, and the merge step runs over all its weak points.
 
@@ -1259,10 +1412,12 @@ def append_values(
     chain_starts, chain_offsets, chain_cps, _ = _window_chain(
         x_out, n, w, split[1], split[2], split[3], keep, starts, offsets, cps, _NO_SYNC
     )
-    max_pvalue, min_magnitude, mode, noise_floor, min_seg, bonferroni, trend = merge_settings
+    max_pvalue, min_magnitude, mode, noise_floor, min_seg, bonferroni, trend, trim = (
+        merge_settings
+    )
     out, keys, vals = _merge(
         x_out, n, _weak_points(chain_cps), max_pvalue, min_magnitude, mode, noise_floor,
-        min_seg, bonferroni, trend, memo_keys, memo_vals
+        min_seg, bonferroni, trend, trim, memo_keys, memo_vals
     )
     computed = chain_starts.shape[0] - keep
     return raw_arr, x_arr, chain_starts, chain_offsets, chain_cps, computed, out, keys, vals

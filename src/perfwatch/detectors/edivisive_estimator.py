@@ -40,6 +40,8 @@ class EDivisive(BaseEstimator):
         selection_correction: bool = _DEFAULTS.selection_correction,
         local_split_test: bool = _DEFAULTS.local_split_test,
         trend_test: bool = _DEFAULTS.trend_test,
+        trend_check: bool = _DEFAULTS.trend_check,
+        trim: float = _DEFAULTS.trim,
     ) -> None:
         self.window_len = window_len
         self.max_pvalue = max_pvalue
@@ -50,6 +52,8 @@ class EDivisive(BaseEstimator):
         self.selection_correction = selection_correction
         self.local_split_test = local_split_test
         self.trend_test = trend_test
+        self.trend_check = trend_check
+        self.trim = trim
 
     @classmethod
     def from_params(cls, params: EDivisiveParams) -> EDivisive:

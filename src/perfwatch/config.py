@@ -45,6 +45,8 @@ LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 ClusteringMethod = Literal["dbscan", "kmeans", "gmm", "agglomerative"]
 INPUT_CLUSTERING_METHODS: tuple[str, ...] = get_args(ClusteringMethod)
 RecommendationRule = Literal["paired", "paper"]
+# the counter check's decision rule (perfwatch.detectors.counters.Decision)
+CounterDecision = Literal["pvalue", "threshold"]
 CONFIG_ENV_VAR = "PERFWATCH_CONFIG"
 DEFAULT_CONFIG_FILE = "perfwatch.toml"
 ENV_PREFIX = "PERFWATCH_"
@@ -72,6 +74,7 @@ def _split_commas(value: Any) -> Any:
 
 # A string that may be left empty ("" in the file or the environment: not set).
 OptionalStr = Annotated[str | None, BeforeValidator(_empty_is_none)]
+OptionalInt = Annotated[int | None, BeforeValidator(_empty_is_none)]
 # A list of names; from the environment, comma-separated.
 NameList = Annotated[tuple[str, ...], BeforeValidator(_split_commas)]
 
@@ -298,28 +301,55 @@ class CountersConfig(Section):
     baseline_runs: int = setting(
         5, "Runs without a regression verdict kept as a test's baseline.", ge=2
     )
-    min_baseline_runs: int = setting(
-        3,
-        "With fewer stored runs a record joins the baseline unjudged (from 2 to baseline_runs).",
-        ge=2,
+    decision: CounterDecision = setting(
+        "pvalue",
+        "pvalue: flag a cluster whose error is unusual for the baseline runs (p-value below "
+        "alpha, as perfwatch compare judges); threshold: flag an error beyond threshold.",
+    )
+    alpha: float = setting(
+        0.01, "False-alarm rate of the p-value rule (per run, all clusters).", gt=0, lt=1
+    )
+    min_baseline_runs: OptionalInt = setting(
+        None,
+        "With fewer stored runs a record joins the baseline unjudged (from 1 to "
+        "baseline_runs; at least 2 for the threshold rule).",
+        unset="1 with the p-value rule, 3 with the threshold rule",
+        ge=1,
     )
     threshold: float = setting(
-        0.30, "Prediction error (beyond a cluster's usual error) that flags a regression.", gt=0
+        0.30,
+        "Prediction error (beyond a cluster's usual error) that flags a regression "
+        "(threshold rule).",
+        gt=0,
     )
     calibrate: bool = setting(
         False,
-        "Replace the threshold with one calibrated on the stored baseline runs "
+        "Threshold rule with a threshold calibrated on the stored baseline runs "
         "(leave-one-out, + 5 points; docs/counters-stream.md).",
     )
     publish_passed: bool = setting(False, "Also publish counter_check.passed verdicts.")
     block: int = setting(10, "Samples per block for the models and errors.", ge=1)
 
+    @property
+    def threshold_rule(self) -> bool:
+        """Whether records are judged by a threshold (fixed or calibrated)."""
+        return self.decision == "threshold" or self.calibrate
+
+    @property
+    def effective_min_baseline_runs(self) -> int:
+        if self.min_baseline_runs is not None:
+            return self.min_baseline_runs
+        return 3 if self.threshold_rule else 1
+
     @model_validator(mode="after")
     def _baseline_large_enough(self) -> CountersConfig:
-        if self.min_baseline_runs > self.baseline_runs:
+        lowest = 2 if self.threshold_rule else 1
+        runs = self.effective_min_baseline_runs
+        if not lowest <= runs <= self.baseline_runs:
+            rule = "the threshold rule" if self.threshold_rule else "the p-value rule"
             raise ValueError(
-                f"min_baseline_runs must be from 2 to baseline_runs ({self.baseline_runs}), "
-                f"got {self.min_baseline_runs}"
+                f"min_baseline_runs must be from {lowest} to baseline_runs "
+                f"({self.baseline_runs}) with {rule}, got {runs}"
             )
         return self
 

@@ -105,6 +105,9 @@ def verdict_doc(kind: str) -> dict[str, Any]:
         "change_point.retracted": {"previous": change_point_block()},
         "counter_regression.detected": {"counter_check": {"verdict": "regression", "clusters": []}},
         "counter_check.passed": {"counter_check": {"verdict": "pass", "clusters": []}},
+        "counter_check.insufficient_baseline": {
+            "counter_check": {"verdict": "insufficient_baseline", "clusters": []}
+        },
         "recommendation": {
             "recommendation": {"decision": "run", "run_share": 0.6, "votes": []},
         },
@@ -363,6 +366,7 @@ def test_each_verdict_kind_is_valid_with_its_evidence(kind: str) -> None:
         ("change_point.retracted", "previous"),
         ("counter_regression.detected", "counter_check"),
         ("counter_check.passed", "counter_check"),
+        ("counter_check.insufficient_baseline", "counter_check"),
         ("recommendation", "recommendation"),
         ("incident.opened", "incident"),
         ("incident.updated", "incident"),

@@ -22,13 +22,20 @@ from perfwatch.detectors.counter_decision import (
 )
 from perfwatch.detectors.counter_steps import (
     block_means,
+    correlation_inverse,
     correlation_matrix,
     fill_missing,
     percentage_errors,
     redundancy_analysis,
     shrink_correlation,
 )
-from perfwatch.detectors.counters import REDUNDANT, CounterRegressionCheck, CounterSamples
+from perfwatch.detectors.counters import (
+    CONSTANT_PER_RUN,
+    REDUNDANT,
+    CounterRegressionCheck,
+    CounterSamples,
+    _Correlations,
+)
 
 TOLERANCE = {"rel": 1e-9, "abs": 1e-9}
 
@@ -269,3 +276,75 @@ def test_removals_equal_a_plain_redundancy_analysis_of_the_stacked_samples(seed:
         assert removal.explained_by.keys() == expected.keys()
         for name, beta in expected.items():
             assert removal.explained_by[name] == pytest.approx(beta, **TOLERANCE)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_constant_and_usually_zero_counters_equal_the_stacked_samples(seed: int) -> None:
+    """The fit takes constant counters from each run's extremes and screens usually-zero
+    counters with each run's lower quarter: the same counters as ``np.ptp`` and the
+    median against the mean of all baseline samples stacked. The counters sit at and
+    around the boundary: constant in each run at another level (a spread from the
+    largest minimum would call it constant), zero in most runs only (a screen by any
+    run's lower quarter instead of the smallest would miss it), zero for about half of
+    the samples, constant in all runs but one, constant everywhere."""
+    rng = np.random.default_rng(seed)
+    runs, rows = 4, 120
+    names = [f"c{i:02d}" for i in range(24)]
+    baseline = []
+    for number in range(runs):
+        driver = rng.normal(size=(rows, 1)).cumsum(axis=0)
+        values = 50 + 5 * driver + rng.normal(size=(rows, len(names)))
+        zero_share = rng.uniform(0.3, 0.7, size=len(names))
+        zero_share[: len(names) // 2] = 0.0  # the first half: zeros in no run
+        for column, share in enumerate(zero_share):
+            if column % 3 == number % 3:
+                values[rng.random(rows) < share, column] = 0.0
+        values[:, 5] = 0.0 if number < 3 else values[:, 5]  # zero in three runs of four
+        values[:, 6] = 0.5 * values[:, 6] * (rng.random(rows) < 0.5)  # zero about half
+        values[:, 7] = 3.0  # constant everywhere
+        values[:, 8] = 3.0 if number else values[:, 8]  # constant in all runs but one
+        values[:, 9] = 3.0 + number  # constant in each run, at another level in each
+        baseline.append(CounterSamples(names, values))
+    check = CounterRegressionCheck(steady_state="off", identity_r2=None, redundancy_r2=None)
+    check.fit(baseline)
+    samples = np.vstack([run.values for run in baseline])
+    constant = {names[i] for i in np.flatnonzero(np.ptp(samples, axis=0) <= 1e-12 * 50)}
+    assert set(check.baseline_constant_) == constant == {"c07"}
+    per_run = [r.counter for r in check.removed_ if r.reason == CONSTANT_PER_RUN]
+    assert per_run == ["c09"]
+    modelled = [name for members in check.clusters_ for name in members]
+    modelled += [name for redundant in check.redundant_members_ for name in redundant]
+    magnitude = np.abs(samples[:, [names.index(name) for name in modelled]])
+    below = np.median(magnitude, axis=0) < check.error_floor * magnitude.mean(axis=0)
+    expected = {name for name, low in zip(modelled, below, strict=True) if low}
+    assert check.usually_zero_ == expected
+    assert "c05" in expected
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_inverse_downdated_to_fewer_counters_equals_a_fresh_inverse(seed: int) -> None:
+    """The redundancy step takes the identity step's inverse downdated to the counters
+    the identities left, while no counter is explained nearly exactly by the others:
+    equal to the inverse of the remaining counters' matrix (to 1e-9). With an exact
+    identity (variance inflation ~1e9 under the ridge) the downdate would be off by far
+    more, and the matrix is inverted afresh."""
+    rng = np.random.default_rng(seed)
+    factors = rng.normal(size=(400, 5))
+    values = factors @ rng.normal(size=(5, 30)) + rng.normal(size=(400, 30))
+    near = values.copy()
+    near[:, 0] = values[:, 1] + values[:, 2] + 0.05 * rng.normal(size=400)  # R^2 ~ 0.9995
+    exact = values.copy()
+    exact[:, 0] = values[:, 1] + values[:, 2]
+    everything, rest = np.arange(30), np.arange(1, 30)
+    for samples, inversions in ((near, 1), (exact, 2)):
+        pooled = _Correlations(samples, everything)
+        _, full = pooled.shrunk(everything, 1e-9)
+        correlation, inverse = pooled.shrunk(rest, 1e-9)
+        assert pooled.inversions == inversions
+        plain = shrink_correlation(correlation_matrix(samples[:, rest]), 1e-9)
+        np.testing.assert_allclose(correlation, plain, rtol=0, atol=1e-12)
+        fresh = correlation_inverse(correlation)  # what the step inverted before
+        np.testing.assert_allclose(inverse, fresh, rtol=1e-9, atol=1e-9 * np.abs(fresh).max())
+        downdate = full[1:, 1:] - np.outer(full[1:, 0], full[0, 1:]) / full[0, 0]
+        error = np.abs(downdate - fresh).max() / np.abs(fresh).max()
+        assert error < 1e-9 if inversions == 1 else error > 1e-9

@@ -353,11 +353,17 @@ def test_calibration_prepares_each_run_once_and_changes_nothing(selection: str) 
         own.fit(runs[:i] + runs[i + 1 :])
         alone = own.check(runs[i])
         assert check.calibration_["largest_excess_errors"][i] == (alone.max_excess_error or 0.0)
+    # the fit after it takes the runs the calibration prepared, once
+    prepared = check._calibration_runs
+    assert len(prepared) == 4 + 4  # the runs as baseline runs, and as held-out targets
     fitted = check.fit(runs).check(run(27)).to_dict()
+    assert not hasattr(check, "_calibration_runs")  # dropped: not kept alive by the estimator
     fresh = CounterRegressionCheck(decision="threshold", dependent_selection=selection)
     fresh_result = fresh.fit(runs).check(run(27)).to_dict()
     assert fitted["clusters"] == fresh_result["clusters"]
     assert fitted["removed"] == fresh_result["removed"]
+    assert check.usually_zero_ == fresh.usually_zero_
+    assert check.baseline_constant_ == fresh.baseline_constant_
 
 
 def test_prepared_runs_are_shared_only_between_equal_preparations() -> None:

@@ -6,6 +6,8 @@ processor on the embedded broker and on real Apache Pulsar. The counter samples
 come from the generator of `benchmarks/eval_counters.py`: 29 Windows counters of
 an application server under load, in correlated groups, with warm-up, gaps and
 run-to-run variation; its injection "B" costs 60% more user CPU per request.
+The stream's numbers are checked against `perfwatch compare --format json` on the same
+runs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import orjson
 import pytest
+from click.testing import CliRunner
 
 from _processor_support import (
     processor_config,
@@ -28,6 +31,7 @@ from _processor_support import (
     verdicts_of_twice_published,
 )
 from perfwatch.brokers.handle import BrokerHandle
+from perfwatch.cli.main import main
 from perfwatch.config import Config, ConfigError, load_config
 from perfwatch.contract.codec import dumps, parse_record
 from perfwatch.contract.models import Record, Verdict
@@ -40,6 +44,7 @@ from perfwatch.processor import counterchecks
 from perfwatch.processor.changepoints import ChangePointHandler
 from perfwatch.processor.counterchecks import (
     COUNTER_BASELINE_NAMESPACE,
+    INSUFFICIENT_KIND,
     PASSED_KIND,
     REGRESSION_KIND,
     CounterCheckHandler,
@@ -137,7 +142,7 @@ def baseline_runs(store: StateStore) -> list[str]:
 
 
 def counter_verdicts(verdicts: Sequence[Verdict]) -> list[Verdict]:
-    return [v for v in verdicts if v.kind in (REGRESSION_KIND, PASSED_KIND)]
+    return [v for v in verdicts if v.kind in (REGRESSION_KIND, PASSED_KIND, INSUFFICIENT_KIND)]
 
 
 # --- the handler -------------------------------------------------------------------------------
@@ -148,12 +153,45 @@ def test_the_processor_runs_the_counter_check_after_the_change_points() -> None:
     assert kinds.index(ChangePointHandler) < kinds.index(CounterCheckHandler)
 
 
-def test_good_runs_fill_the_baseline_silently_up_to_its_size(store: StateStore) -> None:
-    handler = CounterCheckHandler(Config())  # 5 runs, judged from 3 on, passes unpublished
-    for run in range(7):
-        verdicts, _ = process(store, [handler], record(run))
-        assert verdicts == []
+def test_good_runs_fill_the_baseline_up_to_its_size(store: StateStore) -> None:
+    handler = CounterCheckHandler(Config())  # 5 runs, p-value rule, passes unpublished
+    published = [process(store, [handler], record(run))[0] for run in range(7)]
+    # the first run has nothing to be judged against; the second only one good run
+    assert published[0] == []
+    assert [v.kind for v in published[1]] == [INSUFFICIENT_KIND]
+    assert all(verdicts == [] for verdicts in published[2:])
     assert baseline_runs(store) == [f"run-{run}" for run in range(2, 7)]
+
+
+def test_against_one_good_run_the_verdict_says_the_baseline_is_insufficient(
+    store: StateStore,
+) -> None:
+    handler = CounterCheckHandler(Config())
+    process(store, [handler], record(0))
+    # even a regressed run: one run shows no run-to-run variation to judge it by
+    (verdict,), queued = process(store, [handler], record(1, injection="B"))
+    assert queued == 1 and verdict.kind == INSUFFICIENT_KIND
+    assert validate_verdict(verdict.to_json()) == []
+    block = verdict.counter_check
+    assert block is not None
+    assert block["verdict"] == block["status"] == "insufficient_baseline"
+    assert block["regression"] is False and block["pvalue"] is None
+    assert not any(c["flagged"] for c in block["clusters"])
+    # the paper's error percentages are still reported
+    assert block["max_error"] > 0 and block["baseline_run_ids"] == ["run-0"]
+    assert baseline_runs(store) == ["run-0", "run-1"]
+
+
+def test_the_threshold_rule_stays_selectable(store: StateStore) -> None:
+    handler = CounterCheckHandler(config_with(decision="threshold"))
+    assert [process(store, [handler], record(run))[0] for run in range(3)] == [[], [], []]
+    (verdict,), _ = process(store, [handler], record(3, injection="B"))
+    block = verdict.counter_check
+    assert block is not None and verdict.kind == REGRESSION_KIND
+    assert block["decision"] == "threshold" and block["alpha"] is None
+    assert block["pvalue"] is None and block["threshold"] == 0.3
+    assert block["max_excess_error"] > 0.3
+    assert verdict.parameters["decision"] == "threshold"
 
 
 def test_a_regression_is_published_with_its_evidence_and_kept_out_of_the_baseline(
@@ -172,22 +210,65 @@ def test_a_regression_is_published_with_its_evidence_and_kept_out_of_the_baselin
     assert block["verdict"] == "regression" and block["regression"] is True
     assert block["baseline_run_ids"] == ["run-0", "run-1", "run-2"]
     assert block["baseline"]["runs"] == 3
-    assert block["threshold"] == 0.3 and block["max_excess_error"] > 0.3
+    # judged by the p-value rule, as perfwatch compare judges
+    assert block["decision"] == "pvalue" and block["alpha"] == 0.01
+    assert block["pvalue"] < 0.01 and block["z"] > 2
+    assert verdict.parameters["decision"] == "pvalue"
     flagged = [c for c in block["clusters"] if c["flagged"]]
+    assert all(c["familywise_pvalue"] < 0.01 for c in flagged)
+    # beside the p-values, the paper's error percentages
+    assert all(c["error"] > c["good_run_error"] for c in flagged)
     # The CPU counters sit in a flagged cluster and are among those to look at first.
     assert any("\\Process(java)\\% User Time" in c["members"] for c in flagged)
     assert "\\Process(java)\\% User Time" in block["look_first"]
+    assert block["blame"][0]["counter"] == block["look_first"][0]
     assert verdict.series.test == TEST and verdict.series.metric is None
     assert verdict.series.attributes == MAIN
     assert baseline_runs(store) == ["run-0", "run-1", "run-2"]
-    # What the dashboard shows of it.
-    (item,) = queries.counter_checks(store, test=TEST)
-    assert item["kind"] == REGRESSION_KIND
+    # What the dashboard shows of it (beside run-1's judgement against one run).
+    items = queries.counter_checks(store, test=TEST)
+    (item,) = [item for item in items if item["kind"] == REGRESSION_KIND]
     assert set(figures.counter_figures(item["verdict"]["counter_check"])) == {"errors", "means"}
     # The next good run is judged against the same good runs, passes and joins them.
     verdicts, _ = process(store, [handler], record(4))
     assert verdicts == []
     assert baseline_runs(store) == ["run-0", "run-1", "run-2", "run-4"]
+
+
+def compare_json(tmp_path: Path, baseline: Sequence[int], target: Record) -> dict[str, Any]:
+    """`perfwatch compare --format json` of the target's record against the records of
+    the baseline runs, each in a file as `perfwatch publish` would send it."""
+    baseline_file = tmp_path / "baseline.jsonl"
+    baseline_file.write_bytes(b"\n".join(orjson.dumps(record_doc(run)) for run in baseline))
+    target_file = tmp_path / "target.json"
+    target_file.write_bytes(dumps(target))
+    arguments = ["compare", "--baseline", str(baseline_file), "--target", str(target_file)]
+    result = CliRunner().invoke(main, [*arguments, "--format", "json"])
+    assert result.exit_code in (0, 1), result.output
+    document: dict[str, Any] = orjson.loads(result.stdout)
+    return document
+
+
+def test_the_stream_judges_as_perfwatch_compare_does(store: StateStore, tmp_path: Path) -> None:
+    handler = CounterCheckHandler(config_with(publish_passed=True))
+    targets = [record(0), record(1), record(2), record(3, injection="B"), record(4)]
+    published = {rec.run_id: process(store, [handler], rec)[0] for rec in targets}
+    judged = [(1, [0]), (3, [0, 1, 2]), (4, [0, 1, 2])]  # run-3 stays out of the baseline
+    statuses = []
+    for run, baseline in judged:
+        (verdict,) = published[f"run-{run}"]
+        block = dict(verdict.counter_check or {})
+        assert block.pop("verdict") == block["status"]
+        assert block.pop("baseline_run_ids") == [f"run-{r}" for r in baseline]
+        document = compare_json(tmp_path, baseline, targets[run])
+        # the file's reader names the target by its file and line
+        assert document["target"].pop("label").endswith(f"(run run-{run})")
+        assert block["target"].pop("label") == f"run-{run}"
+        for field_name, value in document.items():
+            assert block[field_name] == value, field_name
+        assert block.keys() == document.keys()
+        statuses.append(block["status"])
+    assert statuses == ["insufficient_baseline", "regression", "pass"]
 
 
 def test_a_calibrated_threshold_comes_from_the_baseline_runs(store: StateStore) -> None:
@@ -218,6 +299,9 @@ def test_passes_are_published_only_when_configured(store: StateStore) -> None:
     assert queued == 1 and verdict.kind == PASSED_KIND
     assert verdict.counter_check is not None and verdict.counter_check["verdict"] == "pass"
     assert verdict.counter_check["regression"] is False
+    # a good run is not flagged: its p-value is no smaller than the false-alarm rate
+    assert verdict.counter_check["pvalue"] >= 0.01
+    assert not any(c["flagged"] for c in verdict.counter_check["clusters"])
     assert validate_verdict(verdict.to_json()) == []
     assert baseline_runs(store) == ["run-0", "run-1", "run-2"]
 
@@ -240,7 +324,8 @@ def test_a_redelivered_record_changes_nothing_and_ids_are_deterministic(
                 assert process(store, [CounterCheckHandler(Config())], rec) == ([], 0)
             after = store.get_blob(COUNTER_BASELINE_NAMESPACE, baseline_key(TEST, MAIN))
             assert after == before
-            assert len(queries.counter_checks(store)) == 1
+            # the regression, and run-1's judgement against one run
+            assert len(queries.counter_checks(store)) == 2
     assert ids[0] == ids[1]
 
 
@@ -306,8 +391,17 @@ def test_counter_settings_come_from_the_file_and_are_checked(tmp_path: Path) -> 
     assert (settings.baseline_runs, settings.threshold, settings.publish_passed) == (8, 0.2, True)
     assert settings.calibrate is True and Config().counters.calibrate is False
     path.write_text("[counters]\nbaseline_runs = 4\nmin_baseline_runs = 5\n")
-    with pytest.raises(ConfigError, match=r"\[counters\]: min_baseline_runs must be from 2"):
+    with pytest.raises(ConfigError, match=r"\[counters\]: min_baseline_runs must be from 1"):
         load_config(path, env={})
+    # the threshold rule needs two runs to know a model's usual error
+    path.write_text('[counters]\ndecision = "threshold"\nmin_baseline_runs = 1\n')
+    with pytest.raises(ConfigError, match=r"must be from 2 .* with the threshold rule, got 1"):
+        load_config(path, env={})
+    path.write_text('[counters]\ndecision = "threshold"\nalpha = 0.05\n')
+    settings = load_config(path, env={}).counters
+    assert settings.effective_min_baseline_runs == 3 and settings.alpha == 0.05
+    assert Config().counters.decision == "pvalue" and Config().counters.alpha == 0.01
+    assert Config().counters.effective_min_baseline_runs == 1
 
 
 # --- through the processor and a broker ---------------------------------------------------------
@@ -326,8 +420,13 @@ def test_counter_verdicts_through_the_broker_once_each(
     first, documents = verdicts_of_twice_published(config, store, each_broker, messages, TIMEOUT)
     assert documents == first
     kinds = {d["record_run_id"]: d["kind"] for d in documents}
-    assert kinds == {"run-3": REGRESSION_KIND, "run-4": PASSED_KIND}
-    assert len({d["verdict_id"] for d in documents}) == 2
+    assert kinds == {
+        "run-1": INSUFFICIENT_KIND,
+        "run-2": PASSED_KIND,
+        "run-3": REGRESSION_KIND,
+        "run-4": PASSED_KIND,
+    }
+    assert len({d["verdict_id"] for d in documents}) == 4
     assert all(validate_verdict(d) == [] for d in documents)
     regression = next(d for d in documents if d["kind"] == REGRESSION_KIND)
     assert regression["counter_check"]["baseline_run_ids"] == ["run-0", "run-1", "run-2"]

@@ -240,7 +240,7 @@ def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> 
         check = block(verdict, "counter_check")
         clusters = check.get("clusters")
         count = f", {len(clusters)} cluster(s)" if isinstance(clusters, list) else ""
-        label = "REGRESSION" if kind == "counter_regression.detected" else "PASSED"
+        label = _COUNTER_LABELS.get(kind, kind.upper())
         return label, f"(counters: {check.get('verdict', '?')}{count})"
     if kind.startswith("incident."):
         return "INCIDENT", _incident_detail(block(verdict, "incident"))
@@ -253,6 +253,11 @@ def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> 
 
 
 _INCIDENT_MEMBERS_SHOWN = 10
+_COUNTER_LABELS = {
+    "counter_regression.detected": "REGRESSION",
+    "counter_check.passed": "PASSED",
+    "counter_check.insufficient_baseline": "NO VERDICT",
+}
 
 
 def _incident_detail(incident: Mapping[str, Any]) -> str:

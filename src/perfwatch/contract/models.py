@@ -26,6 +26,7 @@ VerdictKind = Literal[
     "change_point.withdrawn",
     "counter_regression.detected",
     "counter_check.passed",
+    "counter_check.insufficient_baseline",
     "recommendation",
     "incident.opened",
     "incident.updated",

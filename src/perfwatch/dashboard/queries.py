@@ -26,7 +26,11 @@ from perfwatch.processor.metric_info import METRIC_INFO_NAMESPACE, stored_info
 from perfwatch.processor.recommendations import INPUT_BASELINE_NAMESPACE
 from perfwatch.state import OutboxEntry, Point, SeriesKey, StateStore
 
-COUNTER_KINDS = ("counter_regression.detected", "counter_check.passed")
+COUNTER_KINDS = (
+    "counter_regression.detected",
+    "counter_check.passed",
+    "counter_check.insufficient_baseline",
+)
 RECOMMENDATION_KIND = "recommendation"
 # Metric-name globs the per-test resource panels pick by default (first match wins).
 TIME_METRIC_GLOBS = (

@@ -100,6 +100,11 @@ _CLOCK_R2 = 0.9999
 # robust_fit: baseline blocks beyond this chi-square quantile of the squared Mahalanobis
 # distance among a cluster's counters are left out of its models' fits
 _TYPICAL_QUANTILE = 0.99
+# The inverse of a correlation matrix is downdated to that of its counters less some
+# only while no counter's variance inflation 1 / (1 - R^2) on the others exceeds this:
+# rounding in the downdate grows with it (about 1e-12 relative at 1e3); a near-exact
+# identity (1e9 with the ridge) would leave errors of 1e-7, so it is inverted afresh.
+_DOWNDATE_INFLATION = 1e5
 
 
 @dataclass(frozen=True)
@@ -310,6 +315,21 @@ class _PreparedRun:
 
     def observed_values(self) -> np.ndarray:
         return np.where(self.observed, self.values, np.nan)
+
+    @functools.cached_property
+    def extremes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per column of the samples: smallest, largest and largest absolute value. The
+        extremes of runs stacked are those of their extremes, exactly, so each fold of a
+        calibration takes its constant counters from these (computed once per run)."""
+        return self.samples.min(axis=0), self.samples.max(axis=0), _largest_magnitude(self.samples)
+
+    @functools.cached_property
+    def magnitudes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per column of the samples' absolute values: an order statistic with at least
+        three quarters of the run at or above it, and the sum (``_usually_zero``)."""
+        magnitude = np.abs(self.samples)
+        quarter = magnitude.shape[0] // 4
+        return np.partition(magnitude, quarter, axis=0)[quarter], magnitude.sum(axis=0)
 
     @functools.cached_property
     def moments(self) -> tuple[int, np.ndarray, np.ndarray]:
@@ -631,6 +651,9 @@ class CounterRegressionCheck(BaseEstimator):
         removed += mostly_missing
         if not names:
             raise ValueError("no counter is recorded in every baseline run")
+        if prepared_runs is None:
+            # the runs a calibration prepared, for this one fit (dropped, not kept alive)
+            prepared_runs = self.__dict__.pop("_calibration_runs", None)
         prepare = (PreparedRuns() if prepared_runs is None else prepared_runs).get
         runs = [prepare(self, run, names, i) for i, run in enumerate(baseline_runs)]
         # the reduction judges the samples themselves, like the paper: block means average
@@ -638,7 +661,9 @@ class CounterRegressionCheck(BaseEstimator):
         samples = np.vstack([run.samples for run in runs])
         blocks = np.vstack([run.values for run in runs])
 
-        constant = np.ptp(samples, axis=0) <= _constant_tolerance(samples)
+        lowest, highest, magnitudes = zip(*(run.extremes for run in runs), strict=True)
+        spread = np.max(highest, axis=0) - np.min(lowest, axis=0)  # np.ptp of the samples
+        constant = spread <= _constant_tolerance(np.max(magnitudes, axis=0))
         analysed = np.flatnonzero(~constant)
         if self.drop_run_identities:
             analysed, run_identities = _drop_run_identities(runs, analysed, names)
@@ -682,7 +707,8 @@ class CounterRegressionCheck(BaseEstimator):
         self.baseline_constant_ = {names[i]: float(samples[0, i]) for i in np.flatnonzero(constant)}
         self.baseline_windows_ = [run.window for run in runs]
         modelled = [name for c in clusters for name in c.members + c.redundant]
-        columns = [names.index(name) for name in modelled]
+        position = {name: i for i, name in enumerate(names)}
+        columns = [position[name] for name in modelled]
         observed = [run.observed_values()[:, columns] for run in runs]
         self._baseline = dict(zip(modelled, blocks[:, columns].T, strict=True))
         self._baseline_observed = dict(zip(modelled, np.vstack(observed).T, strict=True))
@@ -690,9 +716,7 @@ class CounterRegressionCheck(BaseEstimator):
         if self._report or self.dependent_selection == "beyond_baseline":
             spread = self._spread(observed)
         self.baseline_spread_ = dict(zip(modelled, spread, strict=True))
-        # one counter per row: the median's partition then runs along contiguous memory
-        magnitude = np.abs(samples[:, columns].T)
-        below = np.median(magnitude, axis=1) < self.error_floor * magnitude.mean(axis=1)
+        below = _usually_zero(samples, runs, np.array(columns, dtype=np.intp), self.error_floor)
         self.usually_zero_ = {modelled[i] for i in np.flatnonzero(below)}
         edges = np.cumsum([0] + [run.values.shape[0] for run in runs])
         self._run_slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(edges)]
@@ -833,7 +857,7 @@ class CounterRegressionCheck(BaseEstimator):
             if name not in values:
                 continue
             column = prepared.samples[:, wanted.index(name)]
-            if np.ptp(column) <= _constant_tolerance(column[:, None])[0]:
+            if np.ptp(column) <= _constant_tolerance(_largest_magnitude(column[:, None]))[0]:
                 removed.append(
                     RemovedCounter(name, ZERO_VARIANCE, "zero variance in baseline and target")
                 )
@@ -1209,6 +1233,8 @@ class CounterRegressionCheck(BaseEstimator):
         largest: list[float] = []
         # each run is a baseline run in every fold but its own: prepare it once
         prepared = PreparedRuns()
+        # and a fit on the same runs next (as compare and the stream do) uses them too
+        self._calibration_runs = prepared
         for held_out, run in enumerate(good_runs):
             others = [r for i, r in enumerate(good_runs) if i != held_out]
             check = clone(self).set_params(decision="threshold")
@@ -1309,8 +1335,9 @@ class _Correlations:
     """Correlation matrices of column subsets of one sample matrix: the matrix of the
     first subset asked for is computed once (from the runs' cross-products when the
     samples are those runs stacked), later (smaller) subsets are cut from it; and the
-    inverse of the last shrunk matrix, which the identity and redundancy steps share when
-    the identities removed nothing."""
+    inverse of the last shrunk matrix, which the identity and redundancy steps share:
+    as it is when the identities removed nothing, downdated to the remaining counters
+    otherwise (``_DOWNDATE_INFLATION``)."""
 
     def __init__(
         self, values: np.ndarray, columns: np.ndarray, runs: list[_PreparedRun] | None = None
@@ -1320,7 +1347,8 @@ class _Correlations:
         self._columns = columns
         self._runs = runs
         self._matrix: np.ndarray | None = None
-        self._inverse: tuple[bytes, float, np.ndarray] | None = None
+        self._inverse: tuple[np.ndarray, float, np.ndarray] | None = None
+        self.inversions = 0  # matrices inverted, not downdated
 
     def of(self, columns: np.ndarray) -> np.ndarray:
         if self._matrix is None:
@@ -1343,9 +1371,22 @@ class _Correlations:
     def shrunk(self, columns: np.ndarray, amount: float) -> tuple[np.ndarray, np.ndarray]:
         """``shrink_correlation`` of the columns' matrix and its ``correlation_inverse``."""
         correlation = shrink_correlation(self.of(columns), amount)
-        key = columns.tobytes()
-        if self._inverse is None or self._inverse[:2] != (key, amount):
-            self._inverse = (key, amount, correlation_inverse(correlation))
+        if self._inverse is not None and self._inverse[1] == amount:
+            known, _, inverse = self._inverse
+            if np.array_equal(known, columns):
+                return correlation, inverse
+            if np.isin(columns, known).all() and np.diag(inverse).max() <= _DOWNDATE_INFLATION:
+                # the shrunk matrix of a subset is the subset of the shrunk matrix, whose
+                # inverse is the Schur complement of the removed counters in the inverse
+                kept = np.searchsorted(known, columns)
+                gone = np.setdiff1d(np.arange(known.size), kept)
+                downdated = inverse[np.ix_(kept, kept)] - inverse[np.ix_(kept, gone)] @ (
+                    np.linalg.solve(inverse[np.ix_(gone, gone)], inverse[np.ix_(gone, kept)])
+                )
+                self._inverse = (columns.copy(), amount, (downdated + downdated.T) / 2)
+                return correlation, self._inverse[2]
+        self.inversions += 1
+        self._inverse = (columns.copy(), amount, correlation_inverse(correlation))
         return correlation, self._inverse[2]
 
 
@@ -1354,7 +1395,13 @@ def _drop_run_identities(
 ) -> tuple[np.ndarray, list[RemovedCounter]]:
     """Split off counters constant within every run but not across runs, and clocks."""
     values = [run.samples[:, analysed] for run in runs]
-    constant = np.all([np.ptp(v, axis=0) <= _constant_tolerance(v) for v in values], axis=0)
+    constant = np.all(
+        [
+            (highest - lowest)[analysed] <= _constant_tolerance(magnitude[analysed])
+            for lowest, highest, magnitude in (run.extremes for run in runs)
+        ],
+        axis=0,
+    )
     clock = ~constant & np.all([_r2_on_index(v) >= _CLOCK_R2 for v in values], axis=0)
     removed = []
     for position in np.flatnonzero(constant):
@@ -1447,13 +1494,40 @@ def _typical_rows(values: np.ndarray) -> np.ndarray:
     keep = np.ones(rows, dtype=bool)
     if rows <= 4 * width:
         return keep
-    limit = chi2.ppf(_TYPICAL_QUANTILE, width)
+    limit = _typical_limit(width)
     for _ in range(2):
         centred = values - values[keep].mean(axis=0)
         covariance = np.atleast_2d(np.cov(centred[keep], rowvar=False))
         precision = np.linalg.pinv(covariance, hermitian=True)
         keep = np.einsum("ij,jk,ik->i", centred, precision, centred) <= limit
     return keep
+
+
+@functools.cache
+def _typical_limit(width: int) -> float:
+    """``_typical_rows``' chi-square quantile, once per width (a scipy call costs more
+    than the screening of a small cluster)."""
+    return float(chi2.ppf(_TYPICAL_QUANTILE, width))
+
+
+def _usually_zero(
+    samples: np.ndarray, runs: list[_PreparedRun], columns: np.ndarray, floor: float
+) -> np.ndarray:
+    """Per column of ``samples`` (the runs stacked), whether the median of its absolute
+    values is below ``floor`` times their mean. A column whose lower-quarter order
+    statistic in every run (``_PreparedRun.magnitudes``) is above that mean cannot be:
+    three quarters of the stacked values lie above it, the median among them. Only the
+    other columns need the median of the stacked samples."""
+    bound = np.min([run.magnitudes[0][columns] for run in runs], axis=0)
+    mean = np.sum([run.magnitudes[1][columns] for run in runs], axis=0) / samples.shape[0]
+    # the margin covers the rounding of a mean summed in another order
+    doubt = np.flatnonzero(~(bound > floor * mean * (1 + 1e-9)))
+    below = np.zeros(columns.size, dtype=bool)
+    if doubt.size:
+        # one counter per row: the median's partition then runs along contiguous memory
+        magnitude = np.abs(samples[:, columns[doubt]].T)
+        below[doubt] = np.median(magnitude, axis=1) < floor * magnitude.mean(axis=1)
+    return below
 
 
 def _blame(clusters: list[ClusterResult]) -> list[tuple[str, float]]:
@@ -1513,9 +1587,15 @@ def _finite(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _constant_tolerance(values: np.ndarray) -> np.ndarray:
-    """Spread below which a column counts as constant: float noise around its level."""
-    return 1e-12 * np.maximum(1.0, np.abs(values).max(axis=0, initial=0.0))
+def _largest_magnitude(values: np.ndarray) -> np.ndarray:
+    """Per column, the largest absolute value (0 for no rows)."""
+    return np.abs(values).max(axis=0, initial=0.0)
+
+
+def _constant_tolerance(magnitude: np.ndarray) -> np.ndarray:
+    """Spread below which a column of this largest absolute value counts as constant:
+    float noise around its level."""
+    return 1e-12 * np.maximum(1.0, magnitude)
 
 
 def _run_label(run: CounterSamples, index: int) -> str:

@@ -4,16 +4,20 @@ A record with a `counters` block is checked against its
 baseline: the counter samples of the latest `counters.baseline_runs` runs of
 the same test and identifying attributes that raised no regression verdict.
 
-- With fewer than `counters.min_baseline_runs` runs stored, the record joins
-  the baseline without a verdict: a check needs a few good runs to know how
-  well its models usually predict.
+- With fewer than `counters.min_baseline_runs` runs stored (unset: 1 under the
+  p-value rule, 3 under the threshold rule), the record joins the baseline
+  without a verdict.
 - Otherwise the check is fitted on the baseline and applied to the record's
-  samples, with the fixed `counters.threshold` or, when `counters.calibrate` is
-  set, a threshold calibrated on the baseline runs (each checked against the
-  others). A regression yields a `counter_regression.detected` verdict and the
-  run stays out of the baseline. A pass adds the run to the baseline (the
-  oldest run beyond `baseline_runs` leaves it) and yields a
-  `counter_check.passed` verdict only when `counters.publish_passed` is set.
+  samples with the decision rule `perfwatch compare` uses (`counters.decision`,
+  the p-value rule at `counters.alpha` by default), or the fixed
+  `counters.threshold`, or when `counters.calibrate` is set a threshold
+  calibrated on the baseline runs (each checked against the others). A
+  regression yields a `counter_regression.detected` verdict and the run stays
+  out of the baseline. A pass adds the run to the baseline (the oldest run
+  beyond `baseline_runs` leaves it) and yields a `counter_check.passed` verdict
+  only when `counters.publish_passed` is set. Under the p-value rule a baseline
+  of one run shows no run-to-run variation: the record gets a
+  `counter_check.insufficient_baseline` verdict (no flag) and joins it.
 - A run for which a handler before this one produced a change-point regression
   verdict in the same record is checked like any other, but stays out of the
   baseline too.
@@ -59,6 +63,16 @@ COUNTER_BASELINE_NAMESPACE = "counter-baseline"
 COUNTER_BASELINE_LOCK_NAMESPACE = "counter-baseline-lock"
 REGRESSION_KIND: Final = "counter_regression.detected"
 PASSED_KIND: Final = "counter_check.passed"
+# The p-value rule against a baseline of one run: no run-to-run variation to judge by.
+INSUFFICIENT_KIND: Final = "counter_check.insufficient_baseline"
+CounterKind = Literal[
+    "counter_regression.detected", "counter_check.passed", "counter_check.insufficient_baseline"
+]
+_KINDS: Final[dict[str, CounterKind]] = {
+    "regression": REGRESSION_KIND,
+    "pass": PASSED_KIND,
+    "insufficient_baseline": INSUFFICIENT_KIND,
+}
 # Runs whose (timestamp, run id) the baseline blob remembers, to recognise redeliveries.
 JUDGED_MEMORY = 1000
 
@@ -170,12 +184,13 @@ class CounterCheckHandler:
         settings = config.counters
         self._identifying = config.series.identifying_attributes
         self._keep = settings.baseline_runs
-        self._min_runs = settings.min_baseline_runs
+        self._min_runs = settings.effective_min_baseline_runs
         self._publish_passed = settings.publish_passed
         self._calibrate = settings.calibrate
-        # the stream keeps the threshold its settings name (docs/counters-stream.md)
+        # the rule perfwatch compare judges by, unless the settings name the threshold rule
         self._check_params: dict[str, Any] = {
-            "decision": "threshold",
+            "decision": settings.decision,
+            "alpha": settings.alpha,
             "threshold": settings.threshold,
             "block": settings.block,
         }
@@ -217,7 +232,7 @@ class CounterCheckHandler:
             verdict = self._check(record, key, attributes, baseline, run, emitted_at)
             if verdict is not None:
                 regression = verdict.kind == REGRESSION_KIND
-                if regression or self._publish_passed:
+                if verdict.kind != PASSED_KIND or self._publish_passed:
                     verdicts.append(verdict)
         joins = not regression and not raised_regression(earlier)
         if joins:
@@ -259,9 +274,7 @@ class CounterCheckHandler:
                 extra={"baseline": key, "run_id": record.run_id, "reason": str(err)},
             )
             return None
-        kind: Literal["counter_regression.detected", "counter_check.passed"] = (
-            REGRESSION_KIND if result.regression else PASSED_KIND
-        )
+        kind = _KINDS[result.status]
         baseline_run_ids = [r.run_id for r in baseline.runs]
         evidence = {
             "verdict": result.status,

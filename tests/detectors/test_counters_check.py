@@ -366,6 +366,17 @@ def test_calibration_prepares_each_run_once_and_changes_nothing(selection: str) 
     assert check.baseline_constant_ == fresh.baseline_constant_
 
 
+def test_a_fit_without_report_judges_alike_and_leaves_out_what_is_only_reported() -> None:
+    runs, target = baseline(3), run(27, cpu_per_request=1.3)
+    full = CounterRegressionCheck(decision="threshold").fit(runs).check(target)
+    lean_check = CounterRegressionCheck(decision="threshold").fit(runs, report=False)
+    lean = lean_check.check(target)
+    assert (lean.regression, lean.max_excess_error) == (full.regression, full.max_excess_error)
+    assert [c.excess_error for c in lean.clusters] == [c.excess_error for c in full.clusters]
+    assert all(math.isnan(c.ks_pvalue) for c in lean.clusters)
+    assert not any(math.isnan(c.ks_pvalue) for c in full.clusters)
+
+
 def test_prepared_runs_are_shared_only_between_equal_preparations() -> None:
     """One ``PreparedRuns`` passed to several fits and checks prepares each run once per
     set of counters and preparation parameters, and gives every check the result of a

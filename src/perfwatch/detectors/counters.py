@@ -523,11 +523,6 @@ class CounterRegressionCheck(BaseEstimator):
         prior's degrees of freedom to the model's few.
     """
 
-    # False in a calibration's folds, which use only the excess errors: the numbers that
-    # are only reported (KS tests, the OLS of each dependent, the baseline spread, and the
-    # p-values the threshold rule does not judge by) are left out there
-    _report = True
-
     def __init__(
         self,
         *,
@@ -627,11 +622,16 @@ class CounterRegressionCheck(BaseEstimator):
         baseline_runs: Sequence[CounterSamples],
         *,
         prepared_runs: PreparedRuns | None = None,
+        report: bool = True,
     ) -> CounterRegressionCheck:
         """Learn the counter reduction and the clusters from good runs.
 
         prepared_runs: runs prepared by earlier fits or checks over some of the same runs,
         reused and added to (see ``PreparedRuns``); None prepares every run afresh.
+        report: False leaves out, in this fit and the checks after it, the numbers that
+        are only reported (KS tests, the OLS of each dependent, the baseline spread, and
+        the p-values the threshold rule does not judge by): a calibration's folds use
+        only the excess errors.
         """
         self._validate_params()
         if not baseline_runs:
@@ -713,7 +713,8 @@ class CounterRegressionCheck(BaseEstimator):
         self._baseline = dict(zip(modelled, blocks[:, columns].T, strict=True))
         self._baseline_observed = dict(zip(modelled, np.vstack(observed).T, strict=True))
         spread = np.full(len(modelled), np.nan)
-        if self._report or self.dependent_selection == "beyond_baseline":
+        self.report_ = report
+        if report or self.dependent_selection == "beyond_baseline":
             spread = self._spread(observed)
         self.baseline_spread_ = dict(zip(modelled, spread, strict=True))
         below = _usually_zero(samples, runs, np.array(columns, dtype=np.intp), self.error_floor)
@@ -1007,7 +1008,7 @@ class CounterRegressionCheck(BaseEstimator):
             candidates = [c for c in everyone if c not in self.usually_zero_]
             dependent = (pool or candidates or everyone)[0]
         ks_statistic = ks_pvalue = math.nan
-        if self._report:
+        if self.report_:
             ks = ks_2samp(
                 _present(self._baseline_observed[dependent]), _present(target_observed[dependent])
             )
@@ -1022,7 +1023,7 @@ class CounterRegressionCheck(BaseEstimator):
             left_out = scores.left_out[position]
             predictors = [m for m in cluster.members if m not in (dependent, left_out)]
             model = "ols" if predictors else "intercept"
-            if self._report:
+            if self.report_:
                 rows = scores.fitted_rows
                 fitted = sm.OLS(y_base[rows], _design(self._baseline, predictors)[rows]).fit()
                 intercept = float(fitted.params[0])
@@ -1169,7 +1170,7 @@ class CounterRegressionCheck(BaseEstimator):
         )
 
     def _tested(self) -> bool:
-        return self._report or self.effective_decision == "pvalue"
+        return self.report_ or self.effective_decision == "pvalue"
 
     def _variance_prior(self, errors: list[_ModelErrors]) -> VariancePrior | None:
         """The prior of every model's between-run variance (``variance_prior``) fitted to
@@ -1238,8 +1239,7 @@ class CounterRegressionCheck(BaseEstimator):
         for held_out, run in enumerate(good_runs):
             others = [r for i, r in enumerate(good_runs) if i != held_out]
             check = clone(self).set_params(decision="threshold")
-            check._report = False
-            check.fit(others, prepared_runs=prepared)
+            check.fit(others, prepared_runs=prepared, report=False)
             result = check.check(run, prepared_runs=prepared)
             largest.append(result.max_excess_error or 0.0)
         self.calibration_: dict[str, Any] = {

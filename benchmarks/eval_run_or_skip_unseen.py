@@ -202,6 +202,8 @@ def main() -> int:
                 right[name][0] += paired.decision == truths[name][0]
                 if paired.decision != truths[name][0]:
                     print(f"  decision {decision}, {name}: wrong: {paired.summary()}")
+                    for vote in paired.drivers:
+                        print(f"    {vote.input_id}: {vote.reason}")
                 right[name][1] += paper == truths[name][0]
                 costs[name] += spent
                 passes[name] += used

@@ -55,6 +55,43 @@ def test_every_version_gets_the_calls_its_fastest_needs() -> None:
     assert calls_per_pass([fast, slow], 0.001, clock=clock) == 10
 
 
+class LoadedMachine:
+    """Process CPU time and wall-clock time apart: every call also waits for a core."""
+
+    def __init__(self, wait_s: float) -> None:
+        self.cpu = StepClock()
+        self.wall = StepClock()
+        self.wait_s = wait_s
+
+    def call(self, cost_s: float):
+        def spend() -> None:
+            self.cpu.now += cost_s
+            self.wall.now += cost_s + self.wait_s
+
+        return spend
+
+
+def test_waiting_for_a_core_does_not_shorten_the_passes() -> None:
+    # At a load average of 20 on 2 cores a call of 0.11 ms can take 2 ms by the wall
+    # clock: calibrated by it, one call made a "2 ms" pass that lasted 0.11 ms of the
+    # CPU time the passes are judged by. Calibrated by CPU time, 20 calls: 2.2 ms.
+    machine = LoadedMachine(wait_s=0.002)
+    calls = calls_per_pass(
+        [machine.call(0.00011)], 0.002, clock=machine.cpu, wall_clock=machine.wall
+    )
+    assert calls == 20
+    # what the wall clock alone would have chosen
+    assert calls_per_pass([machine.call(0.00011)], 0.002, clock=machine.wall) == 1
+
+
+def test_a_call_that_only_waits_stops_the_calibration() -> None:
+    # no CPU time at all (sleeping, input and output): stopped by the wall clock, once
+    # the calls last 50 times the wanted pass
+    machine = LoadedMachine(wait_s=0.001)
+    calls = calls_per_pass([machine.call(0.0)], 0.002, clock=machine.cpu, wall_clock=machine.wall)
+    assert calls == 100
+
+
 def test_no_minimum_pass_time_means_one_call_and_no_calibration() -> None:
     called: list[int] = []
     assert calls_per_pass([lambda: called.append(1)], 0.0) == 1

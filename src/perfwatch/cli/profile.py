@@ -57,8 +57,8 @@ PYTEST_INTERRUPTED = 2
     default=0.0,
     show_default=True,
     help="Call a short test several times per timing pass (1, 2, 5, 10, ...), so that a "
-    "pass lasts at least this long; the times are those of one call. A test of a tenth of "
-    "a millisecond timed alone carries every interruption of the process in full.",
+    "pass lasts at least this long in CPU time; the times are those of one call. A test of a "
+    "tenth of a millisecond timed alone carries every interruption of the process in full.",
 )
 @click.option(
     "--only",

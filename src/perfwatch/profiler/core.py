@@ -308,18 +308,31 @@ def profile_versions(
     return _run_in_rounds(runs, extend, swap=True)
 
 
+# How much longer than the wanted pass, by the wall clock, a calibration run may take
+# before waiting calls stop it: on a 2-core machine at a load average of 20 a process
+# gets about a tenth of a core.
+WAIT_LIMIT = 50
+
+
 def calls_per_pass(
     calls: Sequence[Callable[[], object]],
     min_pass_s: float,
-    clock: Callable[[], float] = time.perf_counter,
+    clock: Callable[[], float] = time.process_time,
+    wall_clock: Callable[[], float] = time.perf_counter,
 ) -> int:
     """How many calls a timing pass makes so that it lasts ``min_pass_s`` for every call.
 
     A call of a tenth of a millisecond, timed alone, carries the timer's overhead and
     any interruption of the process in full; over several calls these spread out.
-    Like ``timeit``'s autorange: 1, 2, 5, 10, 20, 50, ... calls, timed by the wall
-    clock, until the calls take ``min_pass_s``; the largest count any version needs,
-    so that every version makes the same calls per pass. These calls also warm up.
+    Like ``timeit``'s autorange: 1, 2, 5, 10, 20, 50, ... calls until the calls take
+    ``min_pass_s``; the largest count any version needs, so that every version makes
+    the same calls per pass. These calls also warm up.
+
+    The calls are timed by ``clock``, the process CPU time the passes are judged by:
+    by the wall clock, a calibration that waited for a core on a loaded machine took
+    one call for a pass of 2 ms, and the passes then lasted a quarter of that. A call
+    that waits (input and output, sleeping) stops the count once the run lasts
+    :data:`WAIT_LIMIT` times ``min_pass_s`` by ``wall_clock``.
     """
     if min_pass_s <= 0:
         return 1
@@ -327,10 +340,13 @@ def calls_per_pass(
     steps = itertools.cycle((2, 2.5, 2))  # 1, 2, 5, 10, 20, 50, ...
     for call in calls:
         while True:
-            started = clock()
+            started, wall_started = clock(), wall_clock()
             for _ in range(number):
                 call()
-            if clock() - started >= min_pass_s:
+            if (
+                clock() - started >= min_pass_s
+                or wall_clock() - wall_started >= WAIT_LIMIT * min_pass_s
+            ):
                 break
             number = round(number * next(steps))
     return number

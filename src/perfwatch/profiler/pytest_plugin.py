@@ -4,8 +4,8 @@ Each test call (each parametrized case is its own input) runs once per pass:
 warm-up, timing (``--perfwatch-repeats``), memory and counting, so the test
 body executes ``warmup + repeats + 2`` times (a short test more often with
 ``--perfwatch-min-pass-ms``: each timing pass then calls it until the pass
-lasts that long, and the times are those of one call); a failure in any pass fails the
-test and leaves it out of the file. The input id is the test's node id. The
+lasts that long in CPU time, and the times are those of one call); a failure in any
+pass fails the test and leaves it out of the file. The input id is the test's node id. The
 input size is the size of the parametrized arguments (see
 :func:`perfwatch.profiler.core.input_size`), or what the test reports with
 ``record_property("input_size", n)``. Coroutine tests are run once, unprofiled.
@@ -54,7 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         default=0.0,
         help="call a short test several times per timing pass, so that a pass lasts at "
-        "least MS milliseconds; its times are those of one call (default 0: one call)",
+        "least MS milliseconds of CPU time; its times are those of one call (default 0: one call)",
     )
     group.addoption(
         "--perfwatch-only",

@@ -402,3 +402,100 @@ def test_trim_option_finds_a_step_in_heavy_tailed_noise():
 
     assert found(EDivisiveParams()) <= 5
     assert found(EDivisiveParams(trim=0.2)) >= 10
+
+
+# ------------------------------------------------- correlated selection correction
+def _nu_by_hand(x: float) -> float:
+    h = x / 2
+    return (2 / x) * (stats.norm.cdf(h) - 0.5) / (h * stats.norm.cdf(h) + stats.norm.pdf(h))
+
+
+def test_normal_two_sided_z_is_the_normal_quantile():
+    for p in (0.9, 0.05, 1e-3, 1e-12, 1e-250):
+        assert K.normal_two_sided_z(p) == pytest.approx(stats.norm.isf(p / 2), rel=1e-10)
+    assert K.normal_two_sided_z(0.05) == pytest.approx(1.959963984540054, rel=1e-12)
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError):
+            K.normal_two_sided_z(bad)
+
+
+def test_max_split_pvalue_by_hand():
+    # b phi(b) sum_k n / (k (n - k)) nu(b sqrt(n / (k (n - k)))), written out
+    n, p = 60, 1e-4
+    b = stats.norm.isf(p / 2)
+    r = np.array([n / (k * (n - k)) for k in range(1, n)])
+    expected = b * stats.norm.pdf(b) * sum(ri * _nu_by_hand(b * math.sqrt(ri)) for ri in r)
+    assert expected < (n - 1) * p  # not capped: the formula itself is checked
+    assert K.max_split_pvalue(p, n) == pytest.approx(expected, rel=1e-10)
+    # the discreteness correction agrees with Siegmund's other form, exp(-0.583 x)
+    for x in (0.1, 0.3, 1.0, 2.0):
+        assert _nu_by_hand(x) == pytest.approx(math.exp(-0.583 * x), rel=0.02)
+
+
+def test_max_split_pvalue_bounds():
+    assert K.max_split_pvalue(0.0, 50) == 0.0
+    assert K.max_split_pvalue(1.0, 50) == 1.0
+    assert K.max_split_pvalue(0.3, 2) == 0.3  # one split position: nothing was chosen
+    # small n: the approximation exceeds the union bound, which caps it
+    assert K.max_split_pvalue(1e-3, 3) == pytest.approx(2e-3, rel=1e-12)
+    with pytest.raises(ValueError):
+        K.max_split_pvalue(0.1, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(min_value=1e-300, max_value=1.0, allow_nan=False),
+    st.floats(min_value=1e-300, max_value=1.0, allow_nan=False),
+    st.integers(min_value=1, max_value=3000),
+)
+def test_max_split_pvalue_invariants(p1, p2, n):
+    lo, hi = sorted((p1, p2))
+    q_lo, q_hi = K.max_split_pvalue(lo, n), K.max_split_pvalue(hi, n)
+    # between the single test and Bonferroni, monotone in p
+    assert lo <= q_lo <= min(1.0, max(lo, (n - 1) * lo)) * (1 + 1e-12)
+    assert q_lo <= q_hi * (1 + 1e-12)
+    # more split positions, more chances
+    assert q_lo <= K.max_split_pvalue(lo, n + 1) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("n", [12, 30, 100])
+def test_max_split_pvalue_is_calibrated_on_gaussian_noise(n):
+    """Simulated: the largest pooled t over all split positions of n Gaussian
+    values, corrected, rejects at about the nominal rate; Bonferroni is too
+    strict, more so the longer the segments."""
+    rng = np.random.default_rng(7 + n)
+    reps = 10_000
+    x = rng.standard_normal((reps, n))
+    k = np.arange(1, n)
+    c, c2 = np.cumsum(x, 1), np.cumsum(x * x, 1)
+    s1, q1 = c[:, :-1], c2[:, :-1]
+    m1, m2 = s1 / k, (c[:, -1:] - s1) / (n - k)
+    ss = (q1 - k * m1**2) + (c2[:, -1:] - q1 - (n - k) * m2**2)
+    t = (m1 - m2) / np.sqrt(ss / (n - 2) * (1 / k + 1 / (n - k)))
+    p_min = 2 * stats.t.sf(np.abs(t), n - 2).min(axis=1)
+    corrected = np.array([K.max_split_pvalue(float(p), n) for p in p_min])
+    bonferroni = np.minimum(1.0, (n - 1) * p_min)
+    for alpha in (0.05, 0.01):
+        rate = float((corrected <= alpha).mean())
+        assert 0.7 * alpha <= rate <= 1.35 * alpha, (alpha, rate)
+        assert (bonferroni <= alpha).mean() < rate
+    if n == 100:
+        assert (bonferroni <= 0.05).mean() < 0.025
+
+
+def test_correlated_selection_option():
+    rng = np.random.default_rng(3)
+    x = np.r_[rng.normal(100, 1, 60), rng.normal(101.5, 1, 60)]
+    (found,) = detect_change_points(x, EDivisiveParams(correlated_selection=True))
+    assert abs(found.index - 60) <= 3
+    # the point's own t-test against its neighbours (the series' ends), then
+    # the correction for the 119 split positions it was chosen from
+    raw = K.segment_stats(x, 0, found.index, 120, 0.001)[4]
+    assert found.pvalue == pytest.approx(K.max_split_pvalue(raw, 120), rel=1e-12)
+    assert raw < found.pvalue < 119 * raw
+    with pytest.raises(ValueError):
+        EDivisiveParams(compat="otava", correlated_selection=True)
+    # without the selection correction the option changes nothing
+    assert detect_change_points(
+        x, EDivisiveParams(selection_correction=False, correlated_selection=True)
+    ) == detect_change_points(x, EDivisiveParams(selection_correction=False))

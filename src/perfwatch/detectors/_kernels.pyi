@@ -15,6 +15,9 @@ MEMO_COLS: int
 TREND_OFF: int
 TREND_ALWAYS: int
 TREND_WHERE_LINE_FITS: int
+SELECT_NONE: int
+SELECT_BONFERRONI: int
+SELECT_MAX_SPLIT: int
 
 def mean_std(a: F64, lo: int, hi: int) -> tuple[float, float]: ...
 def student_t_cdf(t: float, df: float) -> float: ...
@@ -25,6 +28,8 @@ def ttest_p(
 def segment_stats(
     x: F64, lo: int, mid: int, hi: int, noise_floor: float
 ) -> tuple[float, float, float, float, float]: ...
+def max_split_pvalue(p: float, n: int) -> float: ...
+def normal_two_sided_z(p: float) -> float: ...
 def magnitude(m1: float, m2: float) -> float: ...
 def trend_shift_p(x: F64, lo: int, mid: int, hi: int, noise_floor: float) -> float: ...
 def step_beats_line(x: F64, lo: int, mid: int, hi: int) -> bool: ...
@@ -57,7 +62,7 @@ def merge(
     mode: int,
     noise_floor: float,
     min_seg: int,
-    bonferroni: bool,
+    selection: int,
     trend: int,
     trim: float,
     memo_keys: I64,
@@ -71,7 +76,7 @@ def append_values(
     offsets: I64,
     cps: I64,
     split: tuple[int, float, float, bool],
-    merge_settings: tuple[float, float, int, float, int, bool, int, float],
+    merge_settings: tuple[float, float, int, float, int, int, int, float],
     memo_keys: I64,
     memo_vals: F64,
 ) -> tuple[F64, F64, I64, I64, I64, int, F64, I64, F64]: ...

@@ -39,6 +39,8 @@ cdef enum:
 
 cdef double NAN_ = float("nan")
 cdef double INF_ = float("inf")
+cdef double M_SQRT1_2_ = 0.70710678118654752440
+cdef double INV_SQRT_2PI_ = 0.39894228040143267794
 
 # Merge-step modes.
 MODE_OTAVA = 0
@@ -952,18 +954,108 @@ cdef Py_ssize_t _memo_row(MergeMemo* mm, int64_t lo, int64_t mid, int64_t hi) no
     return r
 
 
+# Merge-step selection corrections of a p-value chosen as the best of the
+# n - 1 split positions of its two segments: none; Bonferroni (times n - 1);
+# the tail of the maximum of the standardized two-sample statistic over the
+# positions (``max_split_pvalue``), which counts their correlation.
+SELECT_NONE = 0
+SELECT_BONFERRONI = 1
+SELECT_MAX_SPLIT = 2
+cdef enum:
+    C_SELECT_NONE = 0
+    C_SELECT_BONFERRONI = 1
+    C_SELECT_MAX_SPLIT = 2
+
+
+cdef double _normal_cdf(double z) noexcept nogil:
+    return 0.5 * erfc(-z * M_SQRT1_2_)
+
+
+cdef double _two_sided_z(double p) noexcept nogil:
+    """The b with P(|Z| > b) = p for a standard normal Z (0 < p < 1), by
+    Newton's method on log P(|Z| > b), which stays accurate far in the tail."""
+    cdef double b = sqrt(-2.0 * log(p)), tail, step
+    cdef int it
+    for it in range(60):
+        tail = erfc(b * M_SQRT1_2_)
+        if tail <= 0.0:
+            break
+        # d/db log erfc(b / sqrt 2) = -2 phi(b) / erfc(b / sqrt 2)
+        step = (log(tail) - log(p)) * tail / (2.0 * exp(-0.5 * b * b) * INV_SQRT_2PI_)
+        b += step
+        if b < 0.0:
+            b = 0.0
+        if fabs(step) < 1e-12 * (1.0 + b):
+            break
+    return b
+
+
+cdef inline double _overshoot_nu(double x) noexcept nogil:
+    """Siegmund's discreteness correction nu(x) of a boundary crossing
+    (about exp(-0.583 x) for small x)."""
+    cdef double h, c
+    if x < 1e-8:
+        return 1.0
+    h = 0.5 * x
+    c = _normal_cdf(h)
+    return (2.0 / x) * (c - 0.5) / (h * c + exp(-0.5 * h * h) * INV_SQRT_2PI_)
+
+
+cdef double _max_split_pvalue(double p, Py_ssize_t n) noexcept nogil:
+    """P(max over split positions k = 1..n-1 of |Z_k| >= b) where b is the
+    normal level of the two-sided p-value p of one split and Z_k the
+    standardized difference of means of x[:k] and x[k:] of n Gaussian values.
+
+    Z_k is a standardized Brownian bridge sampled at k / n, an
+    Ornstein-Uhlenbeck process in the time log(k / (n - k)) / 2; the
+    approximation (Siegmund 1988; Siegmund and Yakir) is
+        b phi(b) sum_k n / (k (n - k)) nu(b sqrt(n / (k (n - k)))),
+    capped by Bonferroni's (n - 1) p and 1, and never below p; a large-b
+    approximation, monotone in p.
+    """
+    cdef double b, s = 0.0, r, bonf, q
+    cdef Py_ssize_t k, half
+    if not (p > 0.0) or n < 3:
+        return p
+    bonf = p * (n - 1)
+    if p >= 1.0 or bonf <= p:
+        return p if p < 1.0 else 1.0
+    # b phi(b) falls with b only from b = 1 on (p < 0.32): below, the level
+    # of b = 1 keeps the result monotone in p (p that large is never kept)
+    b = _two_sided_z(p)
+    if b < 1.0:
+        b = 1.0
+    # the terms of k and n - k are equal
+    half = (n - 1) // 2
+    for k in range(1, half + 1):
+        r = <double>n / (<double>k * <double>(n - k))
+        s += r * _overshoot_nu(b * sqrt(r))
+    s *= 2.0
+    if n % 2 == 0:
+        r = 4.0 / n
+        s += r * _overshoot_nu(b * sqrt(r))
+    q = b * exp(-0.5 * b * b) * INV_SQRT_2PI_ * s
+    if q > bonf:
+        q = bonf
+    if q < p:
+        q = p
+    return q if q < 1.0 else 1.0
+
+
 cdef inline void _stats_into(
     const double* row, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t i, double* m1, double* s1,
-    double* m2, double* s2, double* p, bint bonferroni
+    double* m2, double* s2, double* p, int selection
 ) noexcept nogil:
     """Point i's statistics from a memo row, with the merge's p-value rules."""
     cdef double pv = row[4]
     if row[5] > pv:  # the trend test's p-value (0 without one)
         pv = row[5]
-    if bonferroni:
+    if selection == C_SELECT_BONFERRONI:
         pv = pv * (hi - lo - 1)
         if pv > 1.0:
             pv = 1.0
+    elif selection == C_SELECT_MAX_SPLIT:
+        pv = _max_split_pvalue(pv, hi - lo)
     m1[i] = row[0]
     s1[i] = row[1]
     m2[i] = row[2]
@@ -973,7 +1065,7 @@ cdef inline void _stats_into(
 
 cdef tuple _merge(
     const double[::1] x, Py_ssize_t n, const int64_t[::1] weak, double max_pvalue,
-    double min_magnitude, int mode, double noise_floor, Py_ssize_t min_seg, bint bonferroni,
+    double min_magnitude, int mode, double noise_floor, Py_ssize_t min_seg, int selection,
     int trend, double trim, const int64_t[:, ::1] memo_keys, const double[:, ::1] memo_vals
 ):
     cdef Py_ssize_t k = weak.shape[0], i, j, w, lo, hi, r, first, last
@@ -1042,7 +1134,7 @@ cdef tuple _merge(
             lo = idx[i - 1] if i > 0 else 0
             hi = idx[i + 1] if i + 1 < k else n
             r = _memo_row(&mm, lo, idx[i], hi)
-            _stats_into(mm.vals + NCOLS * r, lo, hi, i, m1, s1, m2, s2, p, bonferroni)
+            _stats_into(mm.vals + NCOLS * r, lo, hi, i, m1, s1, m2, s2, p, selection)
         while k > 0:
             w = -1
             if mode == C_MODE_DEFAULT and min_seg > 1:
@@ -1112,7 +1204,7 @@ cdef tuple _merge(
                 lo = idx[i - 1] if i > 0 else 0
                 hi = idx[i + 1] if i + 1 < k else n
                 r = _memo_row(&mm, lo, idx[i], hi)
-                _stats_into(mm.vals + NCOLS * r, lo, hi, i, m1, s1, m2, s2, p, bonferroni)
+                _stats_into(mm.vals + NCOLS * r, lo, hi, i, m1, s1, m2, s2, p, selection)
         for i in range(k):
             out[i, 0] = idx[i]
             out[i, 1] = m1[i]
@@ -1187,6 +1279,24 @@ def segment_stats(
         raise IndexError(f"mid {mid} is not inside ({lo}, {hi})")
     _segment_stats(_dptr(x), lo, mid, hi, noise_floor, out)
     return out[0], out[1], out[2], out[3], out[4]
+
+
+def max_split_pvalue(double p, Py_ssize_t n):
+    """The merge's correlated selection correction: the probability that the
+    largest standardized difference of means over the n - 1 split positions of
+    n Gaussian values reaches the normal level of the two-sided p-value p of
+    one split (a Brownian-bridge boundary-crossing approximation with a
+    discreteness correction), at least p and at most min(1, (n - 1) p)."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    return _max_split_pvalue(p, n)
+
+
+def normal_two_sided_z(double p):
+    """The b > 0 with P(|Z| > b) = p for a standard normal Z, 0 < p < 1."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    return _two_sided_z(p)
 
 
 def magnitude(double m1, double m2):
@@ -1302,7 +1412,7 @@ def window_chain(
 
 def merge(
     const double[::1] x, Py_ssize_t n, const int64_t[::1] weak, double max_pvalue,
-    double min_magnitude, int mode, double noise_floor, Py_ssize_t min_seg, bint bonferroni,
+    double min_magnitude, int mode, double noise_floor, Py_ssize_t min_seg, int selection,
     int trend, double trim, const int64_t[:, ::1] memo_keys, const double[:, ::1] memo_vals
 ):
     """Stats of every weak change point against its neighbours, then Otava's
@@ -1316,9 +1426,10 @@ def merge(
     points *after* a removed one are recomputed (the one before keeps its stale
     statistics) and Python's max/min tie and NaN rules.
     mode == MODE_DEFAULT recomputes both neighbours, removes points that leave
-    a segment shorter than ``min_seg`` first, applies ``noise_floor`` and (if
-    ``bonferroni``) multiplies each p-value by the number of split positions
-    the point was chosen from (n1 + n2 - 1), capped at 1.  With ``trim`` > 0
+    a segment shorter than ``min_seg`` first, applies ``noise_floor`` and
+    corrects each p-value for the choice among the n1 + n2 - 1 split positions
+    of its segments: ``selection`` SELECT_BONFERRONI multiplies it by their
+    number, capped at 1; SELECT_MAX_SPLIT takes ``max_split_pvalue``.  With ``trim`` > 0
     the test is ``trimmed_ttest_p`` instead of the t-test on means.  With
     ``trend`` == TREND_ALWAYS it takes the larger of that test's and
     ``trend_shift_p``'s p-values; with TREND_WHERE_LINE_FITS, the same only
@@ -1335,7 +1446,7 @@ def merge(
     if not 0 <= n <= x.shape[0]:
         raise ValueError("merge: n must be within x")
     return _merge(
-        x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, bonferroni, trend,
+        x, n, weak, max_pvalue, min_magnitude, mode, noise_floor, min_seg, selection, trend,
         trim, memo_keys, memo_vals
     )
 
@@ -1412,12 +1523,12 @@ def append_values(
     chain_starts, chain_offsets, chain_cps, _ = _window_chain(
         x_out, n, w, split[1], split[2], split[3], keep, starts, offsets, cps, _NO_SYNC
     )
-    max_pvalue, min_magnitude, mode, noise_floor, min_seg, bonferroni, trend, trim = (
+    max_pvalue, min_magnitude, mode, noise_floor, min_seg, selection, trend, trim = (
         merge_settings
     )
     out, keys, vals = _merge(
         x_out, n, _weak_points(chain_cps), max_pvalue, min_magnitude, mode, noise_floor,
-        min_seg, bonferroni, trend, trim, memo_keys, memo_vals
+        min_seg, selection, trend, trim, memo_keys, memo_vals
     )
     computed = chain_starts.shape[0] - keep
     return raw_arr, x_arr, chain_starts, chain_offsets, chain_cps, computed, out, keys, vals

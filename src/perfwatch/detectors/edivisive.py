@@ -21,7 +21,9 @@ Algorithm (Fleming et al., "Hunter", ICPE 2023; Otava 0.8):
 (indices, p-values, magnitudes; see docs/edivisive.md).  The default mode
 changes a few things users of Otava asked for, each with measured evidence in
 docs/edivisive.md: a minimum segment length, a relative noise floor for the
-variance, a selection (Bonferroni) correction of the merge p-values,
+variance, a selection correction of the merge p-values (Bonferroni, or as an
+option a Brownian-bridge approximation that counts how correlated
+neighbouring split positions are),
 re-testing both neighbours of a removed point, and a level-shift test on top
 of a line where a line fits the neighbouring segments better than the step (a
 drift is not a step).
@@ -67,6 +69,7 @@ _DEFAULT_MODE_OPTIONS = (
     "min_segment_len",
     "noise_floor",
     "selection_correction",
+    "correlated_selection",
     "local_split_test",
     "trend_check",
     "trim",
@@ -88,8 +91,13 @@ class EDivisiveParams:
     noise_floor: relative floor of the pooled standard deviation, as a
       fraction of the pooled mean (default 0.001 = 0.1 %: on perfectly flat
       data a step smaller than that is not significant; 0 disables).
-    selection_correction: multiply each merge p-value by the number of split
-      positions the point was selected from (default True).
+    selection_correction: correct each merge p-value for the choice of the
+      point among the split positions of its two segments (default True).
+    correlated_selection: with selection_correction, take the probability
+      that the largest standardized difference of means over those positions
+      reaches the point's (a Brownian-bridge approximation that counts how
+      strongly neighbouring positions are correlated) instead of multiplying
+      the p-value by their number (Bonferroni, default False).
     local_split_test: in the split step, test the candidate's left part
       against the segment [split, end) the divergence chose, not against the
       whole rest of the interval (default True: finds short regressions that
@@ -115,6 +123,7 @@ class EDivisiveParams:
     min_segment_len: int = 3
     noise_floor: float = 0.001
     selection_correction: bool = True
+    correlated_selection: bool = False
     local_split_test: bool = True
     trend_test: bool = False
     trend_check: bool = True
@@ -165,7 +174,7 @@ class EDivisiveParams:
             False if compat else bool(self.local_split_test),
         )
 
-    def merge_settings(self) -> tuple[float, float, int, float, int, bool, int, float]:
+    def merge_settings(self) -> tuple[float, float, int, float, int, int, int, float]:
         """The merge kernel's settings: (max_pvalue, min_magnitude, mode, noise
         floor, minimum segment length, selection correction, trend test mode,
         trim)."""
@@ -176,10 +185,15 @@ class EDivisiveParams:
             K.MODE_OTAVA if compat else K.MODE_DEFAULT,
             0.0 if compat else float(self.noise_floor),
             0 if compat else int(self.min_segment_len),
-            False if compat else bool(self.selection_correction),
+            self._selection_mode(),
             self._trend_mode(),
             0.0 if compat else float(self.trim),
         )
+
+    def _selection_mode(self) -> int:
+        if self.is_compat or not self.selection_correction:
+            return K.SELECT_NONE
+        return K.SELECT_MAX_SPLIT if self.correlated_selection else K.SELECT_BONFERRONI
 
     def _trend_mode(self) -> int:
         if self.is_compat:

@@ -38,6 +38,7 @@ class EDivisive(BaseEstimator):
         min_segment_len: int = _DEFAULTS.min_segment_len,
         noise_floor: float = _DEFAULTS.noise_floor,
         selection_correction: bool = _DEFAULTS.selection_correction,
+        correlated_selection: bool = _DEFAULTS.correlated_selection,
         local_split_test: bool = _DEFAULTS.local_split_test,
         trend_test: bool = _DEFAULTS.trend_test,
         trend_check: bool = _DEFAULTS.trend_check,
@@ -50,6 +51,7 @@ class EDivisive(BaseEstimator):
         self.min_segment_len = min_segment_len
         self.noise_floor = noise_floor
         self.selection_correction = selection_correction
+        self.correlated_selection = correlated_selection
         self.local_split_test = local_split_test
         self.trend_test = trend_test
         self.trend_check = trend_check

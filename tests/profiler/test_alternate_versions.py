@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from perfwatch.cli.main import main
-from perfwatch.profiler.alternate import AlternateRun, Version, profile_alternately
+from perfwatch.profiler.alternate import Version, profile_alternately
 from perfwatch.readers.input_profile import read_input_profile
 
 OLD = """
@@ -195,108 +195,3 @@ def test_within_a_round_the_versions_take_turns_pass_by_pass(tmp_path: Path) -> 
     for profiles in run.profiles.values():
         (profile,) = profiles.profiles
         assert profile.timing_rounds == 2 and len(profile.cpu_times_s or ()) == 8
-
-
-BURNING_TEST = """
-import pytest
-
-
-@pytest.mark.parametrize("size", [2000, 4000])
-def test_burn(size):
-    sum(i * i for i in range(size))
-"""
-
-
-def sequentially(
-    root: Path, name: str, suite: str, ids: list[str], precision: float | None
-) -> AlternateRun:
-    """The suite as the old and the new code, profiled in 2 rounds of 3 passes, up to 4
-    rounds with ``precision``; each version sees its name in ``VERSION_NAME``."""
-    versions = []
-    for version in ("old", "new"):
-        (root / version / "tests").mkdir(parents=True)
-        (root / version / "tests" / name).write_text(suite)
-        versions.append(Version(version, root / version, environment={"VERSION_NAME": version}))
-    only = root / "sample.txt"
-    only.write_text("".join(f"{i}\n" for i in ids))
-    return profile_alternately(
-        versions,
-        ["tests"],
-        only=only,
-        rounds=2,
-        repeats=3,
-        warmup=0,
-        max_rounds=4,
-        precision=precision,
-    )
-
-
-@pytest.mark.parametrize(
-    ("precision", "rounds"),
-    [
-        (None, 2),  # no precision: the rounds asked for, no more
-        (100.0, 2),  # every interval narrower than 10000% after two rounds
-        (0.0, 4),  # no interval is ever that narrow: up to the most rounds allowed
-    ],
-)
-def test_sequential_rounds_go_on_while_an_interval_is_too_wide(
-    tmp_path: Path, precision: float | None, rounds: int
-) -> None:
-    ids = ["tests/test_burn.py::test_burn[2000]", "tests/test_burn.py::test_burn[4000]"]
-    run = sequentially(tmp_path, "test_burn.py", BURNING_TEST, ids, precision)
-    assert run.rounds == rounds and not run.dropped
-    for profiles in run.profiles.values():
-        assert len(profiles.profiles) == 2
-        for profile in profiles.profiles:
-            assert profile.timing_rounds == rounds
-            assert len(profile.cpu_times_s or ()) == 3 * rounds
-            assert profile.statements > 0  # counted in the first round
-
-
-def test_fewer_most_rounds_than_rounds_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="max_rounds"):
-        profile_alternately(
-            [Version("old", tmp_path)],
-            [],
-            only=tmp_path,
-            rounds=2,
-            repeats=4,
-            warmup=0,
-            max_rounds=1,
-        )
-
-
-# The new code's "jumpy" input is 30 times slower in the rounds after the first (which
-# alone counts statements): its rounds disagree, so its interval stays wide.
-JUMPY_TEST = """
-import os
-import sys
-
-import pytest
-
-
-def burn(size):
-    return sum(i * i for i in range(size))
-
-
-def test_steady():
-    burn(3000)
-
-
-def test_jumpy():
-    later = "--perfwatch-timing-only" in sys.argv and os.environ["VERSION_NAME"] == "new"
-    burn(3000 * (30 if later else 1))
-"""
-
-
-def test_only_the_inputs_still_too_wide_get_more_rounds(tmp_path: Path) -> None:
-    ids = ["tests/test_jumpy.py::test_steady", "tests/test_jumpy.py::test_jumpy"]
-    run = sequentially(tmp_path, "test_jumpy.py", JUMPY_TEST, ids, precision=5.0)
-    assert run.rounds == 4 and not run.dropped
-    for profiles in run.profiles.values():
-        rounds = {p.input_id.rsplit("::", 1)[1]: p.timing_rounds for p in profiles.profiles}
-        passes = {
-            p.input_id.rsplit("::", 1)[1]: len(p.cpu_times_s or ()) for p in profiles.profiles
-        }
-        assert rounds == {"test_steady": 2, "test_jumpy": 4}
-        assert passes == {"test_steady": 6, "test_jumpy": 12}

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
-from perfwatch.profiler.core import needs_more_timing
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
@@ -82,47 +81,24 @@ def profile_alternately(
     repeats: int,
     warmup: int,
     min_pass_s: float = 0.0,
-    max_rounds: int | None = None,
-    precision: float | None = None,
-    confidence: float = 0.95,
 ) -> AlternateRun:
     """Profile the inputs listed in ``only`` on every version, in ``rounds`` alternating rounds
     of ``repeats`` timing passes each (each pass lasting ``min_pass_s``, over several calls
-    of a short test); an input is kept when every round it was asked for profiled it.
-
-    With a ``precision`` the timing goes on, a round at a time up to ``max_rounds``, for
-    the inputs whose paired interval (at ``confidence``, by rounds as the decision judges
-    them) is still wider than ``precision``: the sequential timing of
-    :func:`perfwatch.profiler.core.profile_versions` with the round, the unit that
-    repeats here, in place of the pass."""
-    limit = rounds if max_rounds is None else max_rounds
+    of a short test); an input is kept when every round profiled it."""
     if rounds < 1 or repeats < 1 or warmup < 0:
         raise ValueError("rounds and repeats must be at least 1, warmup 0 or more")
-    if limit < rounds:
-        raise ValueError(f"max_rounds ({limit}) must not be below rounds ({rounds})")
     started = time.perf_counter()
     rounds_of: dict[str, list[InputProfileFile]] = {v.name: [] for v in versions}
-    asked: list[set[str] | None] = []  # per round, the inputs it profiled (None: all)
     failed = dict.fromkeys(rounds_of, 0)
     with tempfile.TemporaryDirectory(prefix="perfwatch-alternate-") as scratch:
-        wanted, number = only.resolve(), 0
-        while number < limit:
-            if number >= rounds:
-                still = _still_wide(rounds_of, asked, precision, confidence)
-                if not still:
-                    break
-                wanted = Path(scratch) / f"only-{number}.txt"
-                wanted.write_text("".join(f"{i}\n" for i in sorted(still)), encoding="utf-8")
-                asked.append(still)
-            else:
-                asked.append(None)
+        for number in range(rounds):
             order = versions if number % 2 == 0 else list(reversed(versions))
             outputs = {v.name: Path(scratch) / f"{v.name}-{number}.json" for v in order}
             options = [
                 f"--perfwatch-repeats={repeats}",
                 f"--perfwatch-warmup={warmup}",
                 f"--perfwatch-min-pass-ms={min_pass_s * 1000}",
-                f"--perfwatch-only={wanted}",
+                f"--perfwatch-only={only.resolve()}",
                 "--perfwatch-kind=update_sample",
                 *(["--perfwatch-timing-only"] if number > 0 else []),
             ]
@@ -140,60 +116,26 @@ def profile_alternately(
                         f"({version.directory}): pytest exited with status {status} and "
                         f"profiled nothing ({error})"
                     ) from None
-            number += 1
-    merged, dropped = _merge(rounds_of, asked)
+    merged, dropped = _merge(rounds_of)
     # from the rounds themselves: each round's process chose its own calls per pass
     test_time = {
         name: sum(p.timing_cost_s() for file in files for p in file.profiles if p.input_id in kept)
         for name, files in rounds_of.items()
         for kept in [{p.input_id for p in merged[name].profiles}]
     }
-    return AlternateRun(merged, number, time.perf_counter() - started, test_time, failed, dropped)
-
-
-def _still_wide(
-    rounds_of: Mapping[str, list[InputProfileFile]],
-    asked: Sequence[set[str] | None],
-    precision: float | None,
-    confidence: float,
-) -> set[str]:
-    """The inputs profiled in every round so far whose paired interval of some version
-    against the first, by rounds, is wider than ``precision`` (none without a precision)."""
-    if precision is None:
-        return set()
-    merged, _ = _merge(rounds_of, asked)
-    timings: dict[str, list[list[float]]] = {}
-    rounds: dict[str, int | None] = {}
-    for file in merged.values():
-        for profile in file.profiles:
-            timings.setdefault(profile.input_id, []).append(list(profile.cpu_times_s or []))
-            rounds[profile.input_id] = profile.timing_rounds
-    return {
-        input_id
-        for input_id, versions in timings.items()
-        if needs_more_timing(versions, precision, confidence, rounds[input_id])
-    }
+    return AlternateRun(merged, rounds, time.perf_counter() - started, test_time, failed, dropped)
 
 
 def _merge(
     rounds_of: Mapping[str, list[InputProfileFile]],
-    asked: Sequence[set[str] | None],
 ) -> tuple[dict[str, InputProfileFile], list[str]]:
     """Per version: the first round's profiles with the timing passes of every round appended
-    in round order; inputs missing from any round of any version that was asked to profile
-    them (``asked[round]``, None: every input) are dropped."""
+    in round order; inputs missing from any round of any version are dropped."""
     per_round = [
-        (asked[number], {p.input_id for p in file.profiles})
-        for files in rounds_of.values()
-        for number, file in enumerate(files)
+        {p.input_id: p for p in file.profiles} for files in rounds_of.values() for file in files
     ]
-    profiled = set().union(*(ids for _, ids in per_round))
-    kept = {
-        input_id
-        for input_id in profiled
-        if all(input_id in ids for wanted, ids in per_round if wanted is None or input_id in wanted)
-    }
-    dropped = sorted(profiled - kept)
+    kept = set(per_round[0]).intersection(*per_round[1:])
+    dropped = sorted(set().union(*per_round) - kept)
     merged = {}
     for name, files in rounds_of.items():
         first = files[0]
@@ -202,11 +144,7 @@ def _merge(
         for profile in first.profiles:
             if profile.input_id not in kept:
                 continue
-            passes = [
-                profiles_of_round[profile.input_id]
-                for profiles_of_round in by_round
-                if profile.input_id in profiles_of_round
-            ]
+            passes = [profiles_of_round[profile.input_id] for profiles_of_round in by_round]
             cpu = [t for p in passes for t in (p.cpu_times_s or [p.cpu_time_s])]
             wall = [t for p in passes for t in (p.wall_times_s or [p.wall_time_s])]
             profiles.append(
@@ -216,14 +154,13 @@ def _merge(
                     wall_time_s=min(wall),
                     cpu_times_s=cpu,
                     wall_times_s=wall,
-                    timing_rounds=len(passes),
+                    timing_rounds=len(files),
                 )
             )
         measurement = {
             **first.measurement,
             "alternated_rounds": len(files),
-            # with sequential rounds, the most any input got
-            "timing_repeats": max((len(p.cpu_times_s or ()) for p in profiles), default=0),
+            "timing_repeats": len(profiles[0].cpu_times_s or ()) if profiles else 0,
         }
         merged[name] = replace(first, profiles=profiles, measurement=measurement)
     return merged, dropped

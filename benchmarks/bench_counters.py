@@ -58,7 +58,7 @@ from perfwatch.detectors.counter_steps import (
     correlation_matrix,
     redundancy_analysis,
 )
-from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
+from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples, PreparedRuns
 from perfwatch.readers.counter_csv import read_counter_runs
 from perfwatch.readers.perfmon_csv import csv_rows, parse_sample
 
@@ -147,9 +147,10 @@ def run_check(
     errors, the check's and an uncalibrated p-value check's JSON)."""
     wall = time.perf_counter()
     started = time.process_time()
-    check.calibrate(baseline)
+    prepared = PreparedRuns()
+    check.calibrate(baseline, prepared_runs=prepared)
     calibrated = time.process_time()
-    check.fit(baseline)
+    check.fit(baseline, prepared_runs=prepared)
     fitted = time.process_time()
     result = check.check(target)
     done = time.process_time()

@@ -347,17 +347,17 @@ def test_calibration_prepares_each_run_once_and_changes_nothing(selection: str) 
     and check of its own (calibration judges by the threshold rule), and the estimator's
     own fit is unaffected."""
     runs = baseline(4)
-    check = CounterRegressionCheck(dependent_selection=selection).calibrate(runs)
+    prepared = PreparedRuns()
+    check = CounterRegressionCheck(dependent_selection=selection)
+    check.calibrate(runs, prepared_runs=prepared)
     for i in range(4):
         own = CounterRegressionCheck(decision="threshold", dependent_selection=selection)
         own.fit(runs[:i] + runs[i + 1 :])
         alone = own.check(runs[i])
         assert check.calibration_["largest_excess_errors"][i] == (alone.max_excess_error or 0.0)
-    # the fit after it takes the runs the calibration prepared, once
-    prepared = check._calibration_runs
     assert len(prepared) == 4 + 4  # the runs as baseline runs, and as held-out targets
-    fitted = check.fit(runs).check(run(27)).to_dict()
-    assert not hasattr(check, "_calibration_runs")  # dropped: not kept alive by the estimator
+    # a fit on the same runs after it, taking the runs the calibration prepared
+    fitted = check.fit(runs, prepared_runs=prepared).check(run(27)).to_dict()
     fresh = CounterRegressionCheck(decision="threshold", dependent_selection=selection)
     fresh_result = fresh.fit(runs).check(run(27)).to_dict()
     assert fitted["clusters"] == fresh_result["clusters"]

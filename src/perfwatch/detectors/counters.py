@@ -651,9 +651,6 @@ class CounterRegressionCheck(BaseEstimator):
         removed += mostly_missing
         if not names:
             raise ValueError("no counter is recorded in every baseline run")
-        if prepared_runs is None:
-            # the runs a calibration prepared, for this one fit (dropped, not kept alive)
-            prepared_runs = self.__dict__.pop("_calibration_runs", None)
         prepare = (PreparedRuns() if prepared_runs is None else prepared_runs).get
         runs = [prepare(self, run, names, i) for i, run in enumerate(baseline_runs)]
         # the reduction judges the samples themselves, like the paper: block means average
@@ -1225,17 +1222,21 @@ class CounterRegressionCheck(BaseEstimator):
 
     # --- calibration -------------------------------------------------------------------
 
-    def calibrate(self, good_runs: Sequence[CounterSamples]) -> CounterRegressionCheck:
+    def calibrate(
+        self, good_runs: Sequence[CounterSamples], *, prepared_runs: PreparedRuns | None = None
+    ) -> CounterRegressionCheck:
         """Learn the threshold from good runs by leave-one-out: each run is checked against
         a baseline of the others; threshold = largest excess error + calibration_margin.
-        Call before or after ``fit``; ``fit`` keeps it."""
+        Call before or after ``fit``; ``fit`` keeps it.
+
+        prepared_runs: as in ``fit``; passing the same instance to a ``fit`` on the same
+        runs next (as compare and the stream do) spares that fit preparing them again.
+        """
         if len(good_runs) < 2:
             raise ValueError("calibration needs at least two good runs")
         largest: list[float] = []
         # each run is a baseline run in every fold but its own: prepare it once
-        prepared = PreparedRuns()
-        # and a fit on the same runs next (as compare and the stream do) uses them too
-        self._calibration_runs = prepared
+        prepared = PreparedRuns() if prepared_runs is None else prepared_runs
         for held_out, run in enumerate(good_runs):
             others = [r for i, r in enumerate(good_runs) if i != held_out]
             check = clone(self).set_params(decision="threshold")

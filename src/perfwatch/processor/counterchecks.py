@@ -43,15 +43,15 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import numpy as np
 import orjson
 
 from perfwatch.config import Config
-from perfwatch.contract.models import Record, SeriesRef, Verdict
+from perfwatch.contract.models import Record, SeriesRef, Verdict, VerdictKind
 from perfwatch.contract.verdicts import DETECTED, UPDATED
-from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
+from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples, PreparedRuns
 from perfwatch.processor.handlers import record_baseline
 from perfwatch.state import StoreTransaction
 
@@ -65,10 +65,7 @@ REGRESSION_KIND: Final = "counter_regression.detected"
 PASSED_KIND: Final = "counter_check.passed"
 # The p-value rule against a baseline of one run: no run-to-run variation to judge by.
 INSUFFICIENT_KIND: Final = "counter_check.insufficient_baseline"
-CounterKind = Literal[
-    "counter_regression.detected", "counter_check.passed", "counter_check.insufficient_baseline"
-]
-_KINDS: Final[dict[str, CounterKind]] = {
+_KINDS: Final[dict[str, VerdictKind]] = {
     "regression": REGRESSION_KIND,
     "pass": PASSED_KIND,
     "insufficient_baseline": INSUFFICIENT_KIND,
@@ -262,10 +259,11 @@ class CounterCheckHandler:
         """The check's verdict, or None when the samples cannot be checked (logged)."""
         check = CounterRegressionCheck(**self._check_params)
         runs = [r.samples() for r in baseline.runs]
+        prepared = PreparedRuns()
         try:
             if self._calibrate:
-                check.calibrate(runs)
-            result = check.fit(runs).check(run.samples())
+                check.calibrate(runs, prepared_runs=prepared)
+            result = check.fit(runs, prepared_runs=prepared).check(run.samples())
         except ValueError as err:
             # Counters that share nothing with the baseline are no reason to lose the
             # record's other checks by failing its transaction.

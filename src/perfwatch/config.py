@@ -241,12 +241,20 @@ class VerdictsConfig(Section):
     early_warning_false_alarm_rate: float = setting(
         0.001, "Suspicions per stable run with Gaussian noise.", gt=0, lt=1
     )
+    incident_open_days: float = setting(
+        90.0,
+        "An incident closes when its newest member's first changed run is this many days "
+        "older than the newest confirmed finding's: findings confirmed later do not join it.",
+        gt=0,
+    )
 
     def policy(self) -> VerdictPolicy:
         from perfwatch.contract.verdicts import VerdictPolicy
 
         return VerdictPolicy(
-            **self.model_dump(exclude={"early_warning", "early_warning_false_alarm_rate"})
+            **self.model_dump(
+                exclude={"early_warning", "early_warning_false_alarm_rate", "incident_open_days"}
+            )
         )
 
 

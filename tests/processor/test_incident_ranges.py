@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from _processor_support import fresh_postgres_schema, processor_config
@@ -42,7 +42,13 @@ from perfwatch.contract.verdicts import (
     incident_id,
     overlapping_groups,
 )
-from perfwatch.processor.changepoints import INCIDENT_NAMESPACE, ChangePointHandler, IncidentMove
+from perfwatch.processor.changepoints import (
+    INCIDENT_NAMESPACE,
+    INCIDENT_RANGES_NAMESPACE,
+    RANGES_KEY,
+    ChangePointHandler,
+    IncidentMove,
+)
 from perfwatch.processor.memory import MemoryRecordTopic, MemoryVerdictSink, drain
 from perfwatch.state import Point, SeriesKey, StoreTransaction, open_store
 
@@ -105,13 +111,17 @@ def shuffled(streams: Sequence[Sequence[Message]], seed: int) -> list[Message]:
     return out
 
 
-def stream(store_url: str, records: Sequence[Message]) -> list[dict[str, Any]]:
+def stream(
+    store_url: str, records: Sequence[Message], incident_open_days: float = 90.0
+) -> list[dict[str, Any]]:
     """The verdicts one processor publishes for `records`, in order."""
     topic = MemoryRecordTopic(batch_size=10)
     for key, payload in records:
         topic.publish(payload, key=key)
     sink = MemoryVerdictSink()
     config = processor_config(store_url, TOPICS)
+    verdicts = config.verdicts.model_copy(update={"incident_open_days": incident_open_days})
+    config = config.model_copy(update={"verdicts": verdicts})
     with open_store(config.store.url) as store:
         assert not drain(config, store, topic, sink).messages
     verdicts = [orjson.loads(verdict.payload) for verdict in sink.verdicts]
@@ -235,6 +245,33 @@ def test_a_finding_that_bridges_two_incidents_merges_them_into_the_earlier(
     assert event["incident"]["left"] == [neighbour["finding_id"]]
 
 
+def test_a_closed_incident_takes_no_later_finding_of_another_commit(tmp_path: Path) -> None:
+    # closed 12 hours of runs after its newest member: every's incident once later's
+    # finding (19 hours on) is confirmed; nightly's records come after both
+    late, records = list(NIGHTLY), by_run(EVERY, LATER)
+    kept_open = stream(f"sqlite:///{tmp_path / 'open.db'}", records + late)
+    closing = stream(f"sqlite:///{tmp_path / 'closed.db'}", records + late, 0.5)
+    assert grouped_tests(final(kept_open)) == {
+        incident_id(commit(61)): {"every", "nightly"},
+        incident_id(commit(80)): {"later"},
+    }
+    assert grouped_tests(final(closing)) == {
+        incident_id(commit(61)): {"every"},
+        incident_id(commit(62)): {"nightly"},
+        incident_id(commit(80)): {"later"},
+    }
+    # a finding at the closed incident's own commit still joins it
+    same = stream(f"sqlite:///{tmp_path / 'same.db'}", records + list(SAME), 0.5)
+    assert grouped_tests(final(same)) == {
+        incident_id(commit(61)): {"every", "same"},
+        incident_id(commit(80)): {"later"},
+    }
+    with open_store(f"sqlite:///{tmp_path / 'closed.db'}") as store:
+        document = orjson.loads(store.get_blob(INCIDENT_RANGES_NAMESPACE, RANGES_KEY) or b"{}")
+    # nightly's incident closed as it opened: its run is as old as every's
+    assert {name for name, *_ in document.values()} == {commit(80)}
+
+
 ALL = (EVERY, SAME, NIGHTLY, NEIGHBOUR, LATER, QUIET)
 EXPECTED = {
     incident_id(commit(61)): {"every", "same", "nightly", "neighbour"},
@@ -339,13 +376,21 @@ def located(i: int, schedule: Schedule, runs: list[int], index: int) -> ChangePo
     return replace(evidence(), index=index, run_id=run_id, commit=at_commit, time=at)
 
 
-@settings(max_examples=25, deadline=None)
-@given(histories())
-def test_incidents_kept_step_by_step_are_the_groups_of_the_findings_left(
-    history: tuple[list[Schedule], list[tuple[str, int]]],
-) -> None:
+def replay(
+    history: tuple[list[Schedule], list[tuple[str, int]]], incident_open_days: float
+) -> tuple[dict[str, set[str]], dict[str, CommitRange], set[str]]:
+    """The history's findings confirmed and retracted one transaction at a time: the
+    incidents stored (commit -> members), every finding's range, the findings left."""
     schedules, steps = history
-    handler = ChangePointHandler(Config())
+    config = Config()
+    config = config.model_copy(
+        update={
+            "verdicts": config.verdicts.model_copy(
+                update={"incident_open_days": incident_open_days}
+            )
+        }
+    )
+    handler = ChangePointHandler(config)
     with tempfile.TemporaryDirectory() as folder, open_store(f"sqlite:///{folder}/s.db") as store:
         moves = {}
         ranges = {}
@@ -374,19 +419,53 @@ def test_incidents_kept_step_by_step_are_the_groups_of_the_findings_left(
                 move = moves[i][step == "retract"]
                 verdicts, _ = handler.incidents("r", [move], tx, EMITTED_AT)
             assert all(validate_verdict(orjson.loads(dumps(v))) == [] for v in verdicts)
-        left = {f"{i:032x}" for step, i in steps if step == "confirm"}
-        left -= {f"{i:032x}" for step, i in steps if step == "retract"}
-        kept = {f: ranges[f] for f in left}
-        expected = {
-            incident_commit(kept[f] for f in group): set(group)
-            for group in overlapping_groups(kept, kept)
-        }
         stored = {}
         for run in range(20):
             doc = store.get_blob(INCIDENT_NAMESPACE, commit(run))
             if doc and (incident := Incident.from_json(orjson.loads(doc))).members:
                 stored[incident.commit] = set(incident.members)
-        assert stored == expected
+    left = {f"{i:032x}" for step, i in steps if step == "confirm"}
+    left -= {f"{i:032x}" for step, i in steps if step == "retract"}
+    return stored, ranges, left
+
+
+@settings(max_examples=25, deadline=None)
+@given(histories())
+def test_incidents_kept_step_by_step_are_the_groups_of_the_findings_left(
+    history: tuple[list[Schedule], list[tuple[str, int]]],
+) -> None:
+    stored, ranges, left = replay(history, 90.0)
+    kept = {f: ranges[f] for f in left}
+    expected = {
+        incident_commit(kept[f] for f in group): set(group)
+        for group in overlapping_groups(kept, kept)
+    }
+    assert stored == expected
+
+
+@settings(max_examples=50, deadline=None)
+@given(histories(), st.sampled_from([0.5 / 24, 2 / 24, 4 / 24]))
+# t1 (every other commit: c00004..c00006) joins t0's incident of c00005, which closes
+# when t2's finding at c00012 is confirmed; t1 is retracted from the closed incident
+@example(
+    ([(1, 0, 0.0, 5), (2, 0, 0.0, 5), (1, 0, 0.0, 12)], [("confirm", 0), ("confirm", 1),
+     ("confirm", 2), ("retract", 1)]),
+    0.5 / 24,
+)  # fmt: skip
+def test_closing_incidents_loses_no_finding_and_keeps_none_retracted(
+    history: tuple[list[Schedule], list[tuple[str, int]]], incident_open_days: float
+) -> None:
+    """Incidents closed an hour or a few after their newest member: every finding left
+    is in one incident, no retracted one is, and each incident is named after its
+    earliest member and joined by overlaps (a closed one takes no later finding, so
+    there may be more incidents than overlapping groups)."""
+    stored, ranges, left = replay(history, incident_open_days)
+    members = [finding for group in stored.values() for finding in group]
+    assert sorted(members) == sorted(left)
+    for name, group in stored.items():
+        spans = {f: ranges[f] for f in group}
+        assert incident_commit(spans.values()) == name
+        assert len(overlapping_groups(spans, spans)) == 1
 
 
 def test_a_finding_that_moves_back_and_forth_repeats_its_incident_events(

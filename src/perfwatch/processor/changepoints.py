@@ -13,7 +13,7 @@ settles it; the open suspicion is kept in the store with the series.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -57,6 +57,10 @@ INCIDENT_NAMESPACE = "incident"
 # document), for finding the incidents a range overlaps.
 INCIDENT_RANGES_NAMESPACE = "incident-ranges"
 RANGES_KEY = "confirmed"
+# Closed incidents, out of the ranges document so it stays as small as the incidents
+# still open: their members' ranges by incident commit, and each member's incident.
+CLOSED_INCIDENT_NAMESPACE = "incident-closed"
+CLOSED_FINDING_NAMESPACE = "incident-closed-finding"
 # Written before the ranges are read: the row lock it takes (PostgreSQL) makes
 # processors that change incidents take turns.
 INCIDENT_LOCK_NAMESPACE = "incident-lock"
@@ -117,6 +121,7 @@ class ChangePointHandler:
         self._params = {}
         self._params_by_series: dict[tuple[str, str], tuple[EDivisiveParams, dict[str, Any]]] = {}
         self._analyzers: dict[int, tuple[int, SeriesAnalyzer]] = {}
+        self._incident_open_s = config.verdicts.incident_open_days * 86400.0
 
     def prepare(self, records: Sequence[Record], tx: StoreTransaction) -> None:
         identifying = self._config.series.identifying_attributes
@@ -446,9 +451,12 @@ class ChangePointHandler:
         saved = orjson.loads(stored) if stored else {}
         named = {finding_id: entry[0] for finding_id, entry in saved.items()}
         ranges = {f: CommitRange.from_state(entry[1:]) for f, entry in saved.items()}
+        joining = {f: self._commit_range(move, tx) for f, move in coming.items()}
+        for commit, reopened in _reopen(tx, going, joining).items():
+            ranges.update(reopened)
+            named.update(dict.fromkeys(reopened, commit))
         for finding_id in going.keys() | coming.keys():
             ranges.pop(finding_id, None)
-        joining = {f: self._commit_range(move, tx) for f, move in coming.items()}
         ranges.update(joining)
         commits = {named[f] for f in going.keys() | coming.keys() if f in named}
         commits |= set(going.values()) | {span.last for span in joining.values()}
@@ -482,6 +490,8 @@ class ChangePointHandler:
                 named[finding_id] = commit
         for commit in after.keys() - before.keys():
             before[commit] = _stored_incident(tx, commit)
+        for commit in self._closing(ranges, named):
+            _close(tx, commit, {f: ranges.pop(f) for f in sorted(ranges) if named[f] == commit})
         tx.put_blob(
             INCIDENT_RANGES_NAMESPACE,
             RANGES_KEY,
@@ -512,6 +522,19 @@ class ChangePointHandler:
                 )
             )
         return verdicts, joining
+
+    def _closing(self, ranges: Mapping[str, CommitRange], named: Mapping[str, str]) -> list[str]:
+        """The incidents to close: those whose newest member's first changed run came
+        ``incident_open_days`` or more before the newest of all (run time, so the same
+        history closes the same incidents)."""
+        newest: dict[str, float] = {}
+        for finding_id, span in ranges.items():
+            commit = named[finding_id]
+            newest[commit] = max(newest.get(commit, span.last_time), span.last_time)
+        if not newest:
+            return []
+        horizon = max(newest.values()) - self._incident_open_s
+        return sorted(commit for commit, time in newest.items() if time <= horizon)
 
     @staticmethod
     def _commit_range(move: IncidentMove, tx: StoreTransaction) -> CommitRange:
@@ -588,6 +611,40 @@ def _with_commit_range(verdict: Verdict, ranges: dict[str, CommitRange]) -> Verd
         return verdict
     span = ranges[finding["id"]].to_json()
     return replace(verdict, finding={**finding, "commit_range": span})
+
+
+def _close(tx: StoreTransaction, commit: str, members: Mapping[str, CommitRange]) -> None:
+    """Store a closed incident's members' ranges apart, and each member's incident."""
+    state = {finding_id: span.to_state() for finding_id, span in members.items()}
+    tx.put_blob(CLOSED_INCIDENT_NAMESPACE, commit, orjson.dumps(state))
+    for finding_id in members:
+        tx.put_blob(CLOSED_FINDING_NAMESPACE, finding_id, commit.encode())
+
+
+def _reopen(
+    tx: StoreTransaction, going: Iterable[str], joining: Mapping[str, CommitRange]
+) -> dict[str, dict[str, CommitRange]]:
+    """The closed incidents a change touches, opened again (incident commit -> its
+    members' ranges): those a leaving or joining finding is in, and those named after
+    a joining finding's ``last``. Ranges with the same ``last`` overlap, so that finding
+    belongs with them, and no open incident is ever named after a closed one."""
+    touched = {span.last for span in joining.values()}
+    for finding_id in {*going, *joining}:
+        closed_in = tx.get_blob(CLOSED_FINDING_NAMESPACE, finding_id)
+        if closed_in:
+            touched.add(closed_in.decode())
+    reopened = {}
+    for commit in sorted(touched):
+        stored = tx.get_blob(CLOSED_INCIDENT_NAMESPACE, commit)
+        if not stored:
+            continue
+        members = {f: CommitRange.from_state(state) for f, state in orjson.loads(stored).items()}
+        reopened[commit] = members
+        # an empty value is no closed incident (the store keeps keys)
+        tx.put_blob(CLOSED_INCIDENT_NAMESPACE, commit, b"")
+        for finding_id in members:
+            tx.put_blob(CLOSED_FINDING_NAMESPACE, finding_id, b"")
+    return reopened
 
 
 def _stored_incident(tx: StoreTransaction, commit: str) -> Incident:

@@ -27,8 +27,9 @@ regression as reference) next to the good runs' run-to-run variation of those co
 the smallest effect caught in at least 90% of the seeds, what the p-value rules would
 catch at a threshold chosen with hindsight (at most one false alarm in all the seeds: how
 well their p-values rank the runs), and blame: whether the three counters named first
-include one the regression changed (the generator's truth).
-Seeds 101-120 were used to develop the rules; seeds 201-220 were kept for the report.
+include one the regression changed (the generator's truth), per p-value rule.
+Seeds 101-120 were used to develop the rules; seeds 201-220 were kept for the report,
+and seeds 301-320 for the report of the exceedance score.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ estimated from only the good runs there are). ``familywise`` corrects the smalle
 a run for the number of models that were judged (Bonferroni: the run's score is a
 maximum over them). Optionally the between-run variances of all models of a check are
 moderated toward a common prior (``variance_prior``, an empirical Bayes moderated t),
-which lends each model the degrees of freedom of the others.
+which lends each model the degrees of freedom of the others. Optionally the statistic
+tested is not the error but the share of a run's blocks beyond the good runs' usual block
+errors (``block_exceedances``).
 """
 
 from __future__ import annotations

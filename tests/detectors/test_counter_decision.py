@@ -17,6 +17,7 @@ from test_counters_check import baseline, run
 
 from perfwatch.detectors.counter_decision import (
     VariancePrior,
+    block_exceedances,
     deflate,
     effective_blocks,
     excess_error_test,
@@ -264,8 +265,67 @@ def test_run_level_counters_are_not_predictors() -> None:
     assert any("handles" in candidates for candidates in check.redundant_members_)
 
 
+def test_block_exceedances_by_hand() -> None:
+    # blocks x runs (target, good 1, good 2) x one model; quantile 0.5 = the 4th of 8 values
+    blocks = np.array([[1.0, 1.0, 2.0], [5.0, 2.0, 3.0], [2.0, 3.0, 4.0], [math.nan, 4.0, 10.0]])[
+        :, :, None
+    ]
+    exceeds = block_exceedances(blocks, 0.5)[:, :, 0]
+    # target against both good runs (1 2 2 3 3 4 4 10: 3); good 1 against good 2
+    # (2 3 4 10: 3); good 2 against good 1 (1 2 3 4: 2)
+    np.testing.assert_array_equal(exceeds[:, 0], [0.0, 1.0, 0.0, math.nan])
+    np.testing.assert_array_equal(exceeds[:, 1], [0.0, 0.0, 0.0, 1.0])
+    np.testing.assert_array_equal(exceeds[:, 2], [0.0, 1.0, 1.0, 1.0])
+    # one good run: its own blocks are its reference (1 2 3 at 0.5: 2)
+    single = block_exceedances(np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])[:, :, None], 0.5)
+    np.testing.assert_array_equal(single[:, :, 0], [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    level=st.floats(0.05, 0.95),
+    power=st.floats(0.2, 3.0),
+)
+def test_block_exceedances_depend_only_on_the_order_of_the_errors(
+    seed: int, level: float, power: float
+) -> None:
+    """Any increasing transformation of the block errors (a change of scale, a power)
+    leaves every exceedance as it was; each lies in {0, 1} and NaN stays NaN."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.gamma(2.0, 0.05, size=(12, 5, 3))
+    blocks[rng.random(blocks.shape) < 0.1] = math.nan
+    exceeds = block_exceedances(blocks, level)
+    np.testing.assert_array_equal(block_exceedances(7.0 * blocks**power, level), exceeds)
+    np.testing.assert_array_equal(np.isnan(exceeds), np.isnan(blocks))
+    assert set(np.unique(exceeds[~np.isnan(exceeds)])) <= {0.0, 1.0}
+
+
+def test_the_exceedance_score_flags_broken_relationships_and_passes_good_runs() -> None:
+    """``tested_score="exceedance"`` judges the share of blocks beyond the good runs' 90%
+    block-error quantile: good runs pass, a CPU regression and a rewired log counter
+    (every mean unchanged) are flagged; the reported errors stay the trimmed means."""
+    runs = baseline(6)
+    check = CounterRegressionCheck(tested_score="exceedance").fit(runs)
+    plain = CounterRegressionCheck().fit(runs)
+    for seed in (40, 41, 42):
+        good = check.check(run(seed))
+        assert not good.regression and good.pvalue is not None and good.pvalue >= 0.01
+    bad = check.check(run(43, cpu_per_request=1.3))
+    assert bad.regression and bad.look_first[0] == "cpu"
+    assert bad.max_error == plain.check(run(43, cpu_per_request=1.3)).max_error
+    rewired = check.check(run(12, log_follows="disk"))
+    assert rewired.regression and "log" in rewired.look_first[:2]
+    one = CounterRegressionCheck(tested_score="exceedance").fit(baseline(1))
+    assert one.check(run(44, cpu_per_request=1.5)).status == "insufficient_baseline"
+
+
 def test_bad_decision_parameters_are_reported() -> None:
     with pytest.raises(ValueError, match="alpha"):
         CounterRegressionCheck(alpha=0.0).fit(baseline())
     with pytest.raises(ValueError, match="decision"):
         CounterRegressionCheck(decision="vote").fit(baseline())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tested_score"):
+        CounterRegressionCheck(tested_score="mean").fit(baseline())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="exceedance_quantile"):
+        CounterRegressionCheck(exceedance_quantile=1.0).fit(baseline())

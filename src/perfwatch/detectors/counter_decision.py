@@ -11,7 +11,9 @@ estimated from only the good runs there are). ``familywise`` corrects the smalle
 a run for the number of models that were judged (Bonferroni: the run's score is a
 maximum over them). Optionally the between-run variances of all models of a check are
 moderated toward a common prior (``variance_prior``, an empirical Bayes moderated t),
-which lends each model the degrees of freedom of the others.
+which lends each model the degrees of freedom of the others. Optionally the statistic
+tested is not the error but the share of a run's blocks beyond the good runs' usual block
+errors (``block_exceedances``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,34 @@ _TAIL_QUANTILE = 0.9
 _MIN_NULL = 10
 # variance_prior: the fewest models it is fitted to
 _MIN_PRIOR_MODELS = 10
+
+
+def block_exceedances(blocks: np.ndarray, level: float) -> np.ndarray:
+    """Which blocks lie beyond the good runs' usual block errors. ``blocks`` is blocks x
+    runs x models (run 0 the target, the others good runs held out of the fit in turn;
+    NaN: a block not scored). Per model, each block is compared with the ``level``
+    quantile (the smallest value with at least that share of values at or below it) of
+    the block errors of the good runs other than its own run (of every good run for the
+    target; of itself with only one): 1.0 beyond it, 0.0 not, NaN where not scored. The
+    mean of a run's exceedances is about 1 - ``level`` on a good run whatever the errors'
+    scale, and rises when the relationship breaks in a share of the blocks even if the
+    mean error hardly moves."""
+    _, runs, models = blocks.shape
+    good = blocks[:, 1:, :]
+    exceeds = np.full(blocks.shape, np.nan)
+    for run in range(runs):
+        others = [g for g in range(runs - 1) if g != run - 1] or [0]
+        reference = np.sort(good[:, others, :].reshape(-1, models), axis=0)  # NaN last
+        count = (~np.isnan(reference)).sum(axis=0)
+        rank = np.clip(np.ceil(level * count).astype(np.int64) - 1, 0, None)
+        limit = np.take_along_axis(reference, rank[None, :], axis=0)[0]
+        limit = np.where(count > 0, limit, np.nan)
+        column = blocks[:, run, :]
+        with np.errstate(invalid="ignore"):
+            exceeds[:, run, :] = np.where(
+                np.isnan(column) | np.isnan(limit), np.nan, (column > limit).astype(np.float64)
+            )
+    return exceeds
 
 
 def trimmed_mean_variance(errors: np.ndarray, trim: float) -> float:

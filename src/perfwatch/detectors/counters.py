@@ -46,6 +46,7 @@ from sklearn.covariance import ledoit_wolf_shrinkage
 
 from perfwatch.detectors.counter_decision import (
     VariancePrior,
+    block_exceedances,
     deflate,
     error_statistics,
     excess_error_tests,
@@ -78,6 +79,7 @@ SingletonRule = Literal["merge", "intercept", "skip"]
 SteadyState = Literal["auto", "off"]
 DependentSelection = Literal["largest_excess", "beyond_baseline", "ks"]
 Decision = Literal["pvalue", "threshold"]
+TestedScore = Literal["error", "exceedance"]
 Status = Literal["regression", "pass", "insufficient_baseline"]
 
 # Why a counter left the analysis (RemovedCounter.reason).
@@ -401,10 +403,15 @@ class _ModelErrors:
     strongest: np.ndarray  # per candidate: the design column left out (0: none)
     fitted_rows: np.ndarray  # the baseline blocks the models fit
     error: np.ndarray
-    variance: np.ndarray
-    blocks: np.ndarray  # the target's effective number of blocks
     good: np.ndarray
-    good_variances: np.ndarray
+    # what the decision rule tests (tested_score): the errors above, or the share of
+    # blocks beyond the good runs' usual block errors; its sampling variance and the
+    # target's effective number of blocks (``error_statistics``)
+    score: np.ndarray
+    score_variance: np.ndarray
+    score_blocks: np.ndarray
+    good_score: np.ndarray
+    good_score_variances: np.ndarray
 
     @property
     def exists(self) -> np.ndarray:
@@ -521,6 +528,16 @@ class CounterRegressionCheck(BaseEstimator):
         (from a handful of good runs) is shrunk toward a prior fitted across all models of
         the check (an empirical Bayes moderated t, ``variance_prior``), which adds the
         prior's degrees of freedom to the model's few.
+    tested_score: what the p-value rule tests per model. "error" (default): the trimmed
+        mean error itself. "exceedance": the share of the run's blocks whose error lies
+        beyond the ``exceedance_quantile`` quantile of the good runs' block errors (the
+        good runs other than the one judged), tested the same way against the good runs'
+        own shares; a changed relationship that breaks the model in a part of the run
+        shows even when the mean error hardly moves, and one good run's large errors
+        count once per block, not by their size. The reported errors are the trimmed
+        means either way.
+    exceedance_quantile: the good runs' block-error quantile a block must exceed
+        (``tested_score="exceedance"``).
     """
 
     def __init__(
@@ -548,6 +565,8 @@ class CounterRegressionCheck(BaseEstimator):
         robust_fit: bool = True,
         drop_run_level_predictors: bool = True,
         moderate_variance: bool = False,
+        tested_score: TestedScore = "error",
+        exceedance_quantile: float = 0.9,
         decision: Decision = "pvalue",
         alpha: float = 0.01,
         max_missing_fraction: float = 0.5,
@@ -575,6 +594,8 @@ class CounterRegressionCheck(BaseEstimator):
         self.robust_fit = robust_fit
         self.drop_run_level_predictors = drop_run_level_predictors
         self.moderate_variance = moderate_variance
+        self.tested_score = tested_score
+        self.exceedance_quantile = exceedance_quantile
         self.decision = decision
         self.alpha = alpha
         self.max_missing_fraction = max_missing_fraction
@@ -1155,15 +1176,26 @@ class CounterRegressionCheck(BaseEstimator):
             statistic.reshape(len(actual), -1)
             for statistic in error_statistics(blocks.reshape(length, -1), self.error_trim)
         )
+        score, score_variances, score_blocks = means, variances, effective
+        if self.tested_score == "exceedance":
+            exceeds = block_exceedances(
+                blocks.reshape(length, len(actual), -1), self.exceedance_quantile
+            )
+            score, score_variances, score_blocks = (
+                statistic.reshape(len(actual), -1)
+                for statistic in error_statistics(exceeds.reshape(length, -1), 0.0)
+            )
         return _ModelErrors(
             members=members,
             strongest=strongest,
             fitted_rows=everything,
             error=means[0],
-            variance=variances[0],
-            blocks=effective[0],
             good=means[1:].T,
-            good_variances=variances[1:].T,
+            score=score[0],
+            score_variance=score_variances[0],
+            score_blocks=score_blocks[0],
+            good_score=score[1:].T,
+            good_score_variances=score_variances[1:].T,
         )
 
     def _tested(self) -> bool:
@@ -1174,8 +1206,8 @@ class CounterRegressionCheck(BaseEstimator):
         all models of the check; None without ``moderate_variance`` or a test."""
         if not (self.moderate_variance and self._tested() and errors):
             return None
-        good = np.vstack([e.good[e.exists] for e in errors])
-        good_variances = np.vstack([e.good_variances[e.exists] for e in errors])
+        good = np.vstack([e.good_score[e.exists] for e in errors])
+        good_variances = np.vstack([e.good_score_variances[e.exists] for e in errors])
         return variance_prior(good, good_variances)
 
     def _score_models(self, errors: _ModelErrors, prior: VariancePrior | None) -> _Scores:
@@ -1186,13 +1218,18 @@ class CounterRegressionCheck(BaseEstimator):
         model without the strongest of them."""
         members, strongest = errors.members, errors.strongest
         exists, error, good = errors.exists, errors.error, errors.good
-        good_variances = errors.good_variances
+        good_score, good_variances = errors.good_score, errors.good_score_variances
         z: np.ndarray = np.full(error.shape, np.nan)
         pvalue: np.ndarray = np.full(error.shape, np.nan)
         tested = self._tested()
         if tested:
             z, pvalue, _ = excess_error_tests(
-                error, errors.variance, good, good_variances, errors.blocks, prior
+                errors.score,
+                errors.score_variance,
+                good_score,
+                good_variances,
+                errors.score_blocks,
+                prior,
             )
         usual = _usual_errors(good)
         excess = error - np.where(np.isfinite(usual), usual, 0.0)
@@ -1206,7 +1243,7 @@ class CounterRegressionCheck(BaseEstimator):
         scores.fitted_rows = errors.fitted_rows
         scores.tests = int(exists.sum())
         if tested:
-            scores.null = _null_pvalues(good[exists], good_variances[exists], prior)
+            scores.null = _null_pvalues(good_score[exists], good_variances[exists], prior)
         ranking = z if self.effective_decision == "pvalue" else excess
         chosen = np.where((strongest > 0) & (ranking[:, 1] > ranking[:, 0]), 1, 0)
         pick = (np.arange(size), chosen)
@@ -1260,6 +1297,7 @@ class CounterRegressionCheck(BaseEstimator):
             "steady_state": ("auto", "off"),
             "dependent_selection": ("largest_excess", "beyond_baseline", "ks"),
             "decision": ("pvalue", "threshold"),
+            "tested_score": ("error", "exceedance"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -1278,6 +1316,8 @@ class CounterRegressionCheck(BaseEstimator):
             raise ValueError("error_trim must be from 0 (inclusive) to 1 (exclusive)")
         if self.block < 1:
             raise ValueError("block must be at least 1 sample")
+        if not 0.0 < self.exceedance_quantile < 1.0:
+            raise ValueError("exceedance_quantile must be between 0 and 1 (exclusive)")
         if not 0.0 < self.alpha < 1.0:
             raise ValueError("alpha must be between 0 and 1 (exclusive)")
         if self.calibration_margin < 0:

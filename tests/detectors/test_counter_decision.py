@@ -15,18 +15,16 @@ from scipy.special import digamma, polygamma
 from scipy.stats import t as student_t
 from test_counters_check import baseline, run
 
+from _counter_one_model import effective_blocks, excess_error_test, trimmed_mean_variance
 from perfwatch.detectors.counter_decision import (
     VariancePrior,
     block_exceedances,
     deflate,
-    effective_blocks,
-    excess_error_test,
     excess_error_tests,
     familywise,
     moderated_ratio,
     pvalue_to_z,
     tail_inflation,
-    trimmed_mean_variance,
     variance_prior,
 )
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples

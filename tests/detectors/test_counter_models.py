@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from _counter_one_model import excess_error_test
 from perfwatch.detectors.counter_decision import (
     VariancePrior,
     deflate,
     error_statistics,
-    excess_error_test,
     excess_error_tests,
 )
 from perfwatch.detectors.counter_steps import (

@@ -4,8 +4,8 @@ block) and between runs?
 
 A model's error on a run is a trimmed mean of its block errors. Its sampling variance
 within the run comes from the blocks' spread and their lag-1 autocorrelation
-(``trimmed_mean_variance``); the variation between good runs from the model's errors
-on each good run held out of its fit. ``excess_error_test`` turns both into a z and a
+(``error_statistics``); the variation between good runs from the model's errors
+on each good run held out of its fit. ``excess_error_tests`` turns both into a z and a
 one-sided p-value (Student t, Satterthwaite degrees of freedom: the between-run part is
 estimated from only the good runs there are). ``familywise`` corrects the smallest p of
 a run for the number of models that were judged (Bonferroni: the run's score is a
@@ -71,25 +71,13 @@ def block_exceedances(blocks: np.ndarray, level: float) -> np.ndarray:
     return exceeds
 
 
-def trimmed_mean_variance(errors: np.ndarray, trim: float) -> float:
-    """Sampling variance of the mean of ``errors`` without its largest ``trim`` share
-    (``trimmed_mean``): the winsorized variance over the kept share squared, per block,
-    inflated for the blocks' lag-1 autocorrelation (an AR(1) approximation). NaN for
-    fewer than three blocks."""
-    return float(error_statistics(np.asarray(errors, dtype=np.float64)[:, None], trim)[1][0])
-
-
-def effective_blocks(errors: np.ndarray, trim: float) -> float:
-    """How many independent blocks the autocorrelated ``errors`` are worth:
-    n (1 - rho) / (1 + rho)."""
-    return float(error_statistics(np.asarray(errors, dtype=np.float64)[:, None], trim)[2][0])
-
-
 def error_statistics(errors: np.ndarray, trim: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per column of ``errors`` (blocks x models, in time order; NaN: a block not scored,
-    left out as if absent): the trimmed mean (``trimmed_means``), its sampling variance
-    (``trimmed_mean_variance``) and the effective number of blocks
-    (``effective_blocks``). Every model of a run in one pass of array operations."""
+    left out as if absent): the trimmed mean (``trimmed_means``); its sampling variance,
+    the winsorized variance over the kept share squared, per block, inflated for the
+    blocks' lag-1 autocorrelation rho (an AR(1) approximation; NaN for fewer than three
+    blocks); and how many independent blocks the errors are worth, n (1 - rho) / (1 + rho).
+    Every model of a run in one pass of array operations."""
     present = ~np.isnan(errors)
     count = present.sum(axis=0)
     kept = count - (trim * count).astype(np.int64)
@@ -117,47 +105,6 @@ def error_statistics(errors: np.ndarray, trim: float) -> tuple[np.ndarray, np.nd
     return means, np.where(few, np.nan, variance), np.where(few, count, blocks)
 
 
-@dataclass(frozen=True)
-class ErrorTest:
-    """How unusual one model's error on a run is."""
-
-    z: float  # (error - mean good-run error) / standard error of the difference
-    pvalue: float  # one-sided; NaN without two good runs
-    df: float  # degrees of freedom of the t distribution behind pvalue
-
-
-def excess_error_test(
-    error: float,
-    error_variance: float,
-    good_errors: Sequence[float],
-    good_variances: Sequence[float],
-    error_blocks: float = math.inf,
-    prior: VariancePrior | None = None,
-) -> ErrorTest:
-    """Test one model's error on a run against its errors on k held-out good runs.
-
-    Under no regression the run's error is one more draw of the good runs' errors, so
-    error - mean(good) has variance v (1 + 1/k), with v the good runs' error variance
-    (sample variance, k - 1 degrees of freedom, at least their mean within-run
-    variance), plus whatever the run's own blocks add beyond the good runs' (a noisier
-    run's error wanders more). Degrees of freedom by Satterthwaite: k - 1 for v, and for
-    the run's own part its effective number of blocks (``effective_blocks``) less one,
-    but no more than k - 1: the block variance of autocorrelated errors is known no better
-    than the good runs' (with more, good runs with a disturbance of their own raised false
-    alarms). With one good run v cannot be estimated: z uses the within-run variances
-    alone and the p-value is NaN. With a ``prior`` v is moderated (``excess_error_tests``).
-    """
-    z, pvalue, df = excess_error_tests(
-        np.array([error], dtype=np.float64),
-        np.array([error_variance], dtype=np.float64),
-        np.array([list(good_errors)], dtype=np.float64).reshape(1, -1),
-        np.array([list(good_variances)], dtype=np.float64).reshape(1, -1),
-        np.array([error_blocks], dtype=np.float64),
-        prior,
-    )
-    return ErrorTest(float(z[0]), float(pvalue[0]), float(df[0]))
-
-
 def excess_error_tests(
     error: np.ndarray,
     error_variance: np.ndarray,
@@ -166,10 +113,23 @@ def excess_error_tests(
     error_blocks: np.ndarray,
     prior: VariancePrior | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``excess_error_test`` of many models at once: z, p-value and degrees of freedom
-    per model. ``good_errors`` and ``good_variances`` are models x good runs; a NaN good
-    error marks a run that did not score the model (left out, so k varies by model).
-    With a ``prior`` (``variance_prior``) each model's between-run variance is moderated
+    """Test each model's error on a run against its errors on k held-out good runs: z,
+    one-sided p-value and degrees of freedom per model.
+
+    Under no regression the run's error is one more draw of the good runs' errors, so
+    error - mean(good) has variance v (1 + 1/k), with v the good runs' error variance
+    (sample variance, k - 1 degrees of freedom, at least their mean within-run
+    variance), plus whatever the run's own blocks add beyond the good runs' (a noisier
+    run's error wanders more). Degrees of freedom by Satterthwaite: k - 1 for v, and for
+    the run's own part its effective number of blocks (``error_blocks``) less one, but no
+    more than k - 1: the block variance of autocorrelated errors is known no better than
+    the good runs' (with more, good runs with a disturbance of their own raised false
+    alarms). With one good run v cannot be estimated: z uses the within-run variances
+    alone and the p-value is NaN.
+
+    ``good_errors`` and ``good_variances`` are models x good runs; a NaN good error marks
+    a run that did not score the model (left out, so k varies by model). With a ``prior``
+    (``variance_prior``) each model's between-run variance is moderated
     (``moderated_ratio``) and counts ``prior.df`` more degrees of freedom."""
     good = np.isfinite(good_errors)
     k = good.sum(axis=1)

@@ -207,7 +207,7 @@ class SeriesAnalyzer(BaseEstimator):
     def _refined(self, found: list[ChangePoint]) -> list[ChangePoint]:
         """The merge's change points, after the ``refine`` rounds if they are on
         (their merges leave the memo to the weak points' merge)."""
-        if not self.params.refine:
+        if not self.params.refines:
             return found
         return refine_change_points(self._x, found, self.params)
 

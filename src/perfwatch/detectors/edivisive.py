@@ -26,9 +26,9 @@ option a Brownian-bridge approximation that counts how correlated
 neighbouring split positions are),
 re-testing both neighbours of a removed point, and a level-shift test on top
 of a line where a line fits the neighbouring segments better than the step (a
-drift is not a step).  As an option (``refine``) each change point is then
-moved to the best split between its neighbours and the moved points merged
-again (a few rounds): the windows often place a small step a few runs off.
+drift is not a step).  Then (``refine``) each change point is moved to the
+best split between its neighbours and the moved points are merged again (a
+few rounds): the windows often place a small step a few runs off.
 
 Gaps (NaN) are forward-filled, then the leading ones back-filled.
 The divergence of all (split, end) pairs of a window is computed in O(w^2)
@@ -123,10 +123,12 @@ class EDivisiveParams:
     refine: after the merge, move each change point (left to right) to the
       position between its neighbours that best splits them into two levels
       (the largest between-level sum of squares, ``min_segment_len`` runs a
-      side) and merge the moved points again, up to three rounds.  The split
+      side) and merge the moved points again, up to three rounds; with the
+      trend check on, a point whose segments a line fits better stays.  The split
       step's windows place a small step a few runs off, and among close
       candidates the merge keeps the one its short segments favour; the
-      merge test still decides (see docs/edivisive.md).
+      merge test still decides (default True: more recall at 1-2 sigma and
+      fewer false positives, see docs/edivisive.md).
     """
 
     window_len: int = 50
@@ -141,7 +143,7 @@ class EDivisiveParams:
     trend_test: bool = False
     trend_check: bool = True
     trim: float = 0.0
-    refine: bool = False
+    refine: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.window_len, bool) or not isinstance(self.window_len, int | np.integer):
@@ -175,6 +177,11 @@ class EDivisiveParams:
     @property
     def is_compat(self) -> bool:
         return self.compat == "otava"
+
+    @property
+    def refines(self) -> bool:
+        """Whether the ``refine`` rounds follow the merge (never in Otava mode)."""
+        return self.refine and not self.is_compat
 
     # effective kernel settings -------------------------------------------
     def split_settings(self) -> tuple[int, float, float, bool]:
@@ -495,18 +502,22 @@ def refine_change_points(
 ) -> list[ChangePoint]:
     """The ``refine`` rounds after a merge that found ``found``: each change
     point, left to right, moves to the best split between its neighbours
-    (``best_level_split``), and the moved points are merged again."""
+    (``best_level_split``), unless the trend check is on and a line fits its
+    two segments better than the step, and the moved points are merged again."""
     n = int(x.shape[0])
+    trend = params.trend_check or params.trend_test
     for _ in range(_REFINE_ROUNDS):
-        edges = [0, *(c.index for c in found), n]
+        before = [c.index for c in found]
+        edges = [0, *before, n]
         for i in range(1, len(edges) - 1):
             # the left neighbour has moved already: the points stay in order
+            if trend and not K.step_beats_line(x, edges[i - 1], edges[i], edges[i + 1]):
+                continue  # on a trend the best two-level split is not where the step is
             moved = best_level_split(x, edges[i - 1], edges[i + 1], params.min_segment_len)
             if moved is not None:
                 edges[i] = moved
-        if edges[1:-1] == [c.index for c in found]:
+        if edges[1:-1] == before:
             break
-        before = [c.index for c in found]
         found = merge_weak_points(x, np.array(edges[1:-1], np.int64), params)
         if [c.index for c in found] == before:
             break
@@ -519,7 +530,7 @@ def fit_change_points(values: ArrayLike, params: EDivisiveParams) -> ChangePoint
     chain, _ = WindowChain.empty().continued(0, x, params)
     weak = chain.weak_points()
     found = merge_weak_points(x, weak, params)
-    if params.refine:
+    if params.refines:
         found = refine_change_points(x, found, params)
     return ChangePointFit(weak, found, int(x.shape[0]))
 

@@ -27,6 +27,7 @@ MODES = {
     "default,trend": EDivisiveParams(trend_test=True),
     "default,no-trend-check": EDivisiveParams(trend_check=False),
     "default,trim=0.1": EDivisiveParams(trim=0.1),
+    "default,no-refine": EDivisiveParams(refine=False),
 }
 
 

@@ -22,6 +22,8 @@ PARAMS = [
     EDivisiveParams(window_len=16, min_segment_len=2, trend_test=True, noise_floor=0.0),
     EDivisiveParams(window_len=12, trend_check=False, trim=0.2),
     EDivisiveParams(window_len=14, correlated_selection=True, max_pvalue=0.01),
+    EDivisiveParams(window_len=12, refine=False, max_pvalue=0.01),
+    EDivisiveParams(window_len=20, min_segment_len=1, trend_check=False),
 ]
 
 

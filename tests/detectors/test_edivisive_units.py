@@ -17,9 +17,11 @@ from perfwatch.detectors.direction import classify_direction
 from perfwatch.detectors.edivisive import (
     ChangePoint,
     EDivisiveParams,
+    best_level_split,
     best_split,
     detect_change_points,
     first_pass_pvalue,
+    merge_weak_points,
     prepare_values,
 )
 
@@ -504,3 +506,88 @@ def test_correlated_selection_option():
     assert detect_change_points(
         x, EDivisiveParams(selection_correction=False, correlated_selection=True)
     ) == detect_change_points(x, EDivisiveParams(selection_correction=False))
+
+
+# ---------------------------------------------------------------- refine
+def test_best_level_split_by_hand():
+    # [0, 2, 0, 2]: between-level sums of squares n1 n2 / n (m1 - m2)**2 are
+    # 3/4 (4/3)**2 = 4/3 at 1, 0 at 2, 4/3 at 3: the first of the equal ones
+    assert best_level_split(np.array([0.0, 2, 0, 2]), 0, 4, 1) == 1
+    # with two runs a side only position 2 is allowed
+    assert best_level_split(np.array([0.0, 2, 0, 2]), 0, 4, 2) == 2
+    x = np.array([9.0, 1, 1, 1, 5, 5, 5, 5, 9])
+    assert best_level_split(x, 1, 8, 3) == 4  # an index of x, not of the slice
+    assert best_level_split(x, 1, 8, 4) is None  # 7 runs cannot leave 4 a side
+    assert best_level_split(x, 1, 3, 1) == 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(-50, 50), min_size=2, max_size=40),
+    st.integers(1, 6),
+    st.sampled_from([1.0, 1e-3, 1e4]),
+    st.sampled_from([0.0, 1e6]),
+)
+def test_best_level_split_maximises_the_between_level_sum_of_squares(ints, min_len, scale, shift):
+    x = shift + scale * np.array(ints, dtype=float)
+    n = len(x)
+    j = best_level_split(x, 0, n, min_len)
+    if n < 2 * min_len:
+        assert j is None
+        return
+    assert j is not None and min_len <= j <= n - min_len
+
+    def between(k: int) -> float:
+        a, b = x[:k] - shift, x[k:] - shift
+        return k * (n - k) / n * (a.mean() - b.mean()) ** 2
+
+    best = max(between(k) for k in range(min_len, n - min_len + 1))
+    assert between(j) >= best - 1e-9 * max(best, scale * scale)
+
+
+def test_refine_moves_a_misplaced_step():
+    rng = np.random.default_rng(35)
+    x = np.r_[rng.normal(100, 1, 70), rng.normal(101.5, 1, 50)]
+    (plain,) = detect_change_points(x, EDivisiveParams(refine=False))
+    (refined,) = detect_change_points(x)  # refine is the default
+    assert plain.index == 62  # the windows' candidate, 8 runs early
+    # moved to the best two-level split of the whole series (its neighbours
+    # are the ends), then tested there as the merge tests any point
+    assert refined.index == best_level_split(x, 0, 120, 3) == 70
+    assert [refined] == merge_weak_points(x, np.array([70]), EDivisiveParams())
+    with pytest.raises(ValueError):
+        EDivisiveParams(compat="otava", refine=False)
+    assert not EDivisiveParams(compat="otava").refines
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(20, 300), st.integers(0, 4))
+def test_refine_reports_points_that_pass_the_merge_where_they_are(seed, n, steps):
+    rng = np.random.default_rng(seed)
+    x = 100 + rng.normal(0, 1, n)
+    for at in rng.integers(0, n, size=steps):
+        x[at:] += rng.uniform(-4, 4)
+    params = EDivisiveParams(window_len=int(rng.integers(8, 60)))
+    found = detect_change_points(x, params)
+    assert found == detect_change_points(x.copy(), params)  # deterministic
+    # each reported point passes the merge against its reported neighbours
+    again = merge_weak_points(x, np.array([c.index for c in found], np.int64), params)
+    assert again == found
+    assert all(params.min_segment_len <= c.index <= n - params.min_segment_len for c in found)
+
+
+def test_refine_leaves_a_step_on_a_trend_where_the_merge_put_it():
+    # a line through a trend with a step off-centre beats the step; the best
+    # two-level split is then pulled towards the middle, so the point stays
+    gated = pulled = 0
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        at = int(rng.integers(60, 100))
+        x = 100 + np.linspace(0, 10, 300) + rng.normal(0, 1, 300)
+        x[at:] += 4
+        plain = detect_change_points(x, EDivisiveParams(refine=False))
+        if len(plain) == 1 and not K.step_beats_line(x, 0, plain[0].index, 300):
+            gated += 1
+            pulled += best_level_split(x, 0, 300, 3) != plain[0].index
+            assert detect_change_points(x) == plain
+    assert gated >= 20 and pulled >= 5

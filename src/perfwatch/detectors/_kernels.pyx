@@ -1317,6 +1317,30 @@ def trend_shift_p(
     return _trend_shift_p(_dptr(x), lo, mid, hi, noise_floor)
 
 
+def best_level_split(const double[::1] x, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t min_len):
+    """The split k of x[lo:hi] into two levels with the largest between-level
+    sum of squares n1 n2 / n (mean1 - mean2)**2, at least ``min_len`` (>= 1)
+    runs a side, the first of equal ones; -1 when the interval is too short.
+    With the interval centred on its mean that sum is n S**2 / (n1 n2), S the
+    sum of the first n1 centred values."""
+    cdef Py_ssize_t n = hi - lo, k, best_k = -1
+    cdef double mean, s = 0.0, between, best = -1.0
+    _check_range(x.shape[0], lo, hi)
+    if min_len < 1:
+        min_len = 1
+    if n < 2 * min_len:
+        return -1
+    mean = _np_sum(_dptr(x), lo, hi, 0.0, False) / n
+    for k in range(1, n - min_len + 1):
+        s += x[lo + k - 1] - mean
+        if k >= min_len:
+            between = s * s * n / (<double>k * (n - k))
+            if between > best:
+                best = between
+                best_k = k
+    return lo + best_k
+
+
 def step_beats_line(const double[::1] x, Py_ssize_t lo, Py_ssize_t mid, Py_ssize_t hi):
     """Whether a step at ``mid`` (each segment about its own mean) fits
     x[lo:hi] at least as well as one straight line does (residual sums of

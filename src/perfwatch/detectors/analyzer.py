@@ -42,6 +42,7 @@ from perfwatch.detectors.edivisive import (
     as_raw_values,
     change_points_from_rows,
     merge_weak_points,
+    refine_change_points,
 )
 
 __all__ = ["SeriesAnalyzer"]
@@ -154,7 +155,7 @@ class SeriesAnalyzer(BaseEstimator):
         )
         self._chain = WindowChain(starts, offsets, cps)
         self.windows_computed_ = computed
-        self._cps = change_points_from_rows(rows)
+        self._cps = self._refined(change_points_from_rows(rows))
         return list(self._cps)
 
     def insert(self, position: int, values: ArrayLike) -> list[ChangePoint]:
@@ -198,8 +199,17 @@ class SeriesAnalyzer(BaseEstimator):
             hi = pos + k + int(diff[-1]) if diff.size else pos + k - 1
         self._memo.keep_before(lo)
         self._chain = self._rechain(lo, hi, pos, k, n_old)
-        self._cps = merge_weak_points(x, self._chain.weak_points(), self.params, self._memo)
+        self._cps = self._refined(
+            merge_weak_points(x, self._chain.weak_points(), self.params, self._memo)
+        )
         return self.change_points_
+
+    def _refined(self, found: list[ChangePoint]) -> list[ChangePoint]:
+        """The merge's change points, after the ``refine`` rounds if they are on
+        (their merges leave the memo to the weak points' merge)."""
+        if not self.params.refines:
+            return found
+        return refine_change_points(self._x, found, self.params)
 
     def _rechain(self, lo: int, hi: int, pos: int, k: int, n_old: int) -> WindowChain:
         """Reuse the windows before ``lo`` and after ``hi``; recompute the rest."""

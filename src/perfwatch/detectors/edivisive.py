@@ -26,7 +26,9 @@ option a Brownian-bridge approximation that counts how correlated
 neighbouring split positions are),
 re-testing both neighbours of a removed point, and a level-shift test on top
 of a line where a line fits the neighbouring segments better than the step (a
-drift is not a step).
+drift is not a step).  Then (``refine``) each change point is moved to the
+best split between its neighbours and the moved points are merged again (a
+few rounds): the windows often place a small step a few runs off.
 
 Gaps (NaN) are forward-filled, then the leading ones back-filled.
 The divergence of all (split, end) pairs of a window is computed in O(w^2)
@@ -52,12 +54,14 @@ __all__ = [
     "EDivisiveParams",
     "MergeMemo",
     "WindowChain",
+    "best_level_split",
     "best_split",
     "classify_direction",
     "detect_change_points",
     "first_pass_pvalue",
     "fit_change_points",
     "prepare_values",
+    "refine_change_points",
 ]
 
 _COMPAT_VALUES = (None, "otava")
@@ -73,7 +77,9 @@ _DEFAULT_MODE_OPTIONS = (
     "local_split_test",
     "trend_check",
     "trim",
+    "refine",
 )
+_REFINE_ROUNDS = 3  # the moves settle within three rounds on the evaluation histories
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +120,15 @@ class EDivisiveParams:
       so that a few outliers do not inflate the scale (default 0: the t-test
       on means, as Otava; 0.1 finds more small steps in heavy-tailed noise
       but more false ones in skewed noise, see docs/edivisive.md).
+    refine: after the merge, move each change point (left to right) to the
+      position between its neighbours that best splits them into two levels
+      (the largest between-level sum of squares, ``min_segment_len`` runs a
+      side) and merge the moved points again, up to three rounds; with the
+      trend check on, a point whose segments a line fits better stays.  The split
+      step's windows place a small step a few runs off, and among close
+      candidates the merge keeps the one its short segments favour; the
+      merge test still decides (default True: more recall at 1-2 sigma and
+      fewer false positives, see docs/edivisive.md).
     """
 
     window_len: int = 50
@@ -128,6 +143,7 @@ class EDivisiveParams:
     trend_test: bool = False
     trend_check: bool = True
     trim: float = 0.0
+    refine: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.window_len, bool) or not isinstance(self.window_len, int | np.integer):
@@ -161,6 +177,11 @@ class EDivisiveParams:
     @property
     def is_compat(self) -> bool:
         return self.compat == "otava"
+
+    @property
+    def refines(self) -> bool:
+        """Whether the ``refine`` rounds follow the merge (never in Otava mode)."""
+        return self.refine and not self.is_compat
 
     # effective kernel settings -------------------------------------------
     def split_settings(self) -> tuple[int, float, float, bool]:
@@ -468,12 +489,50 @@ class ChangePointFit(NamedTuple):
     n_values: int
 
 
+def best_level_split(x: np.ndarray, lo: int, hi: int, min_len: int) -> int | None:
+    """The split of x[lo:hi] into two levels with the largest between-level sum
+    of squares, n1 n2 / n (mean1 - mean2)**2, at least ``min_len`` runs a side
+    (the first of equal ones); None when the interval is too short."""
+    k = int(K.best_level_split(np.ascontiguousarray(x, np.float64), lo, hi, min_len))
+    return None if k < 0 else k
+
+
+def refine_change_points(
+    x: np.ndarray, found: list[ChangePoint], params: EDivisiveParams
+) -> list[ChangePoint]:
+    """The ``refine`` rounds after a merge that found ``found``: each change
+    point, left to right, moves to the best split between its neighbours
+    (``best_level_split``), unless the trend check is on and a line fits its
+    two segments better than the step, and the moved points are merged again."""
+    n = int(x.shape[0])
+    trend = params.trend_check or params.trend_test
+    for _ in range(_REFINE_ROUNDS):
+        before = [c.index for c in found]
+        edges = [0, *before, n]
+        for i in range(1, len(edges) - 1):
+            # the left neighbour has moved already: the points stay in order
+            if trend and not K.step_beats_line(x, edges[i - 1], edges[i], edges[i + 1]):
+                continue  # on a trend the best two-level split is not where the step is
+            moved = best_level_split(x, edges[i - 1], edges[i + 1], params.min_segment_len)
+            if moved is not None:
+                edges[i] = moved
+        if edges[1:-1] == before:
+            break
+        found = merge_weak_points(x, np.array(edges[1:-1], np.int64), params)
+        if [c.index for c in found] == before:
+            break
+    return found
+
+
 def fit_change_points(values: ArrayLike, params: EDivisiveParams) -> ChangePointFit:
     """Split step then merge step over a whole series; NaN/None are gaps."""
     x = prepare_values(values)
     chain, _ = WindowChain.empty().continued(0, x, params)
     weak = chain.weak_points()
-    return ChangePointFit(weak, merge_weak_points(x, weak, params), int(x.shape[0]))
+    found = merge_weak_points(x, weak, params)
+    if params.refines:
+        found = refine_change_points(x, found, params)
+    return ChangePointFit(weak, found, int(x.shape[0]))
 
 
 def detect_change_points(

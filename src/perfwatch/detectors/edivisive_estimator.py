@@ -43,6 +43,7 @@ class EDivisive(BaseEstimator):
         trend_test: bool = _DEFAULTS.trend_test,
         trend_check: bool = _DEFAULTS.trend_check,
         trim: float = _DEFAULTS.trim,
+        refine: bool = _DEFAULTS.refine,
     ) -> None:
         self.window_len = window_len
         self.max_pvalue = max_pvalue
@@ -56,6 +57,7 @@ class EDivisive(BaseEstimator):
         self.trend_test = trend_test
         self.trend_check = trend_check
         self.trim = trim
+        self.refine = refine
 
     @classmethod
     def from_params(cls, params: EDivisiveParams) -> EDivisive:

@@ -4,12 +4,15 @@
 variables; ``series``: numeric kernels over series of floats (smoothing,
 histograms, dot products). Each is one module whose five code updates are
 textual patches (:data:`PATCHES`), loaded as separate modules so that old and
-new code run in one process, their passes alternating.
+new code run in one process, their passes alternating, or written out as a
+checkout with its pytest suite of inputs (:func:`checkout`), to be profiled in
+a process of its own as a user's code is.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import pickle
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -121,20 +124,26 @@ PATCHES: dict[str, dict[str, list[Patch]]] = {
 }
 
 
+def source(code_base: str, update: str | None = None) -> str:
+    """The code base's source, with the update's patch applied (None: the old code)."""
+    text = (HERE / f"{code_base}.py").read_text(encoding="utf-8")
+    for start, end, replacement in PATCHES[code_base][update] if update else []:
+        if text.count(start) != 1:
+            raise ValueError(f"{code_base} {update}: the patch does not apply: {start!r}")
+        begin = text.index(start)
+        finish = text.index(end, begin) if end is not None else begin + len(start)
+        text = text[:begin] + replacement + text[finish:]
+    return text
+
+
 def load(code_base: str, update: str | None = None) -> ModuleType:
     """The code base's module, with the update's patch applied (None: the old code)."""
-    source = (HERE / f"{code_base}.py").read_text(encoding="utf-8")
-    for start, end, replacement in PATCHES[code_base][update] if update else []:
-        if source.count(start) != 1:
-            raise ValueError(f"{code_base} {update}: the patch does not apply: {start!r}")
-        begin = source.index(start)
-        finish = source.index(end, begin) if end is not None else begin + len(start)
-        source = source[:begin] + replacement + source[finish:]
     name = f"unseen_{code_base}_{update or 'baseline'}"
     spec = importlib.util.spec_from_loader(name, loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    exec(compile(source, f"{code_base}.py ({update or 'baseline'})", "exec"), module.__dict__)
+    code = compile(source(code_base, update), f"{code_base}.py ({update or 'baseline'})", "exec")
+    exec(code, module.__dict__)
     return module
 
 
@@ -155,3 +164,50 @@ def inputs(code_base: str, per_kind: int = 20, seed: int = 1, scale: float = 1.0
 
 def call(module: ModuleType, argument: object) -> Callable[[], object]:
     return lambda: module.run(argument)
+
+
+# The suite of a checkout: one test, parametrized by input id; the size is reported once
+# per input by a fixture, outside the profiled calls.
+SUITE = """\
+import pickle
+from pathlib import Path
+
+import pytest
+
+from {code_base} import run
+
+INPUTS = pickle.loads((Path(__file__).parent / "inputs.pickle").read_bytes())
+
+
+@pytest.fixture(autouse=True)
+def input_size(request, record_property):
+    record_property("input_size", INPUTS[request.node.callspec.id][2])
+
+
+@pytest.mark.parametrize(
+    "argument", [pytest.param(argument, id=name) for name, (_, argument, _) in INPUTS.items()]
+)
+def test_input(argument):
+    run(argument)
+"""
+SUITE_DIRECTORY = "tests"
+
+
+def checkout(directory: Path, code_base: str, update: str | None, made: Inputs) -> Path:
+    """Write the code base (with the update's patch) into ``directory`` as a project with
+    its pytest suite of the inputs ``made``, as a user's checkout would hold them."""
+    tests = directory / SUITE_DIRECTORY
+    tests.mkdir(parents=True)
+    (directory / f"{code_base}.py").write_text(source(code_base, update), encoding="utf-8")
+    # the suite uses no hypothesis: its plugin would add a second to every process start
+    (directory / "pytest.ini").write_text(
+        f"[pytest]\ntestpaths = {SUITE_DIRECTORY}\naddopts = -p no:hypothesispytest\n"
+    )
+    (tests / "test_inputs.py").write_text(SUITE.format(code_base=code_base), encoding="utf-8")
+    (tests / "inputs.pickle").write_bytes(pickle.dumps(made))
+    return directory
+
+
+def node_id(input_id: str) -> str:
+    """The pytest node id of an input in a checkout's suite."""
+    return f"{SUITE_DIRECTORY}/test_inputs.py::test_input[{input_id}]"

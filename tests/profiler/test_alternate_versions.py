@@ -195,3 +195,50 @@ def test_within_a_round_the_versions_take_turns_pass_by_pass(tmp_path: Path) -> 
     for profiles in run.profiles.values():
         (profile,) = profiles.profiles
         assert profile.timing_rounds == 2 and len(profile.cpu_times_s or ()) == 8
+
+
+BURNING_TEST = """
+import pytest
+
+
+@pytest.mark.parametrize("size", [2000, 4000])
+def test_burn(size):
+    sum(i * i for i in range(size))
+"""
+
+
+def test_sequential_rounds_profile_every_input_on_both_versions(tmp_path: Path) -> None:
+    # Which inputs get a third round depends on the machine's noise; the decision itself is
+    # tested on constructed rounds (test_sequential_rounds.py). Here only what holds
+    # however the passes are timed.
+    versions = []
+    for version in ("old", "new"):
+        (tmp_path / version / "tests").mkdir(parents=True)
+        (tmp_path / version / "tests" / "test_burn.py").write_text(BURNING_TEST)
+        versions.append(Version(version, tmp_path / version))
+    ids = ["tests/test_burn.py::test_burn[2000]", "tests/test_burn.py::test_burn[4000]"]
+    only = tmp_path / "sample.txt"
+    only.write_text("".join(f"{i}\n" for i in ids))
+    run = profile_alternately(
+        versions,
+        ["tests"],
+        only=only,
+        rounds=2,
+        repeats=3,
+        warmup=0,
+        max_rounds=3,
+        precision=0.05,
+    )
+    assert 2 <= run.rounds <= 3 and not run.dropped
+    assert run.failed_rounds == {"old": 0, "new": 0}
+    rounds_of = {}
+    for name, profiles in run.profiles.items():
+        assert profiles.measurement["alternated_rounds"] == run.rounds
+        for profile in profiles.profiles:
+            assert profile.timing_rounds is not None and 2 <= profile.timing_rounds <= run.rounds
+            assert len(profile.cpu_times_s or ()) == 3 * profile.timing_rounds
+            assert profile.statements > 0  # counted in the first round
+        rounds_of[name] = {p.input_id: p.timing_rounds for p in profiles.profiles}
+    assert list(rounds_of) == ["old", "new"]
+    assert sorted(rounds_of["old"]) == ids and rounds_of["old"] == rounds_of["new"]
+    assert max(rounds_of["old"].values()) == run.rounds

@@ -9,6 +9,9 @@ pass at a time, the first version to go swapped every round. A change of load
 reaches both alike and every timing pass of one version has a partner of the
 other taken moments apart. The first round also counts and measures memory;
 the later ones only time.
+With a precision, rounds go on one at a time for the inputs whose interval is
+still too wide (:func:`time_in_rounds`, which takes the round's measurement as
+a function, so the decision can be checked on constructed rounds).
 The passes are merged in round order, which is what pairs them in
 :func:`perfwatch.detectors.inputs.paired_change`.
 """
@@ -20,11 +23,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from perfwatch.profiler.core import needs_more_timing
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
@@ -81,61 +85,123 @@ def profile_alternately(
     repeats: int,
     warmup: int,
     min_pass_s: float = 0.0,
+    max_rounds: int | None = None,
+    precision: float | None = None,
+    confidence: float = 0.95,
 ) -> AlternateRun:
     """Profile the inputs listed in ``only`` on every version, in ``rounds`` alternating rounds
     of ``repeats`` timing passes each (each pass lasting ``min_pass_s``, over several calls
-    of a short test); an input is kept when every round profiled it."""
+    of a short test); an input is kept when every round it was asked for profiled it.
+
+    With a ``precision`` the timing goes on, a round at a time up to ``max_rounds``, for
+    the inputs whose paired interval is still too wide (:func:`time_in_rounds`)."""
     if rounds < 1 or repeats < 1 or warmup < 0:
         raise ValueError("rounds and repeats must be at least 1, warmup 0 or more")
     started = time.perf_counter()
-    rounds_of: dict[str, list[InputProfileFile]] = {v.name: [] for v in versions}
-    failed = dict.fromkeys(rounds_of, 0)
     with tempfile.TemporaryDirectory(prefix="perfwatch-alternate-") as scratch:
-        for number in range(rounds):
-            order = versions if number % 2 == 0 else list(reversed(versions))
-            outputs = {v.name: Path(scratch) / f"{v.name}-{number}.json" for v in order}
-            options = [
-                f"--perfwatch-repeats={repeats}",
-                f"--perfwatch-warmup={warmup}",
-                f"--perfwatch-min-pass-ms={min_pass_s * 1000}",
-                f"--perfwatch-only={only.resolve()}",
-                "--perfwatch-kind=update_sample",
-                *(["--perfwatch-timing-only"] if number > 0 else []),
-            ]
-            statuses = _round_in_turns(order, pytest_args, options, outputs)
-            if PYTEST_INTERRUPTED in statuses.values():
-                raise Interrupted
-            for version in order:
-                status = statuses[version.name]
-                failed[version.name] += status != 0
-                try:
-                    rounds_of[version.name].append(read_input_profile(outputs[version.name]))
-                except SourceError as error:
-                    raise AlternationError(
-                        f"round {number + 1} on the {version.name} code "
-                        f"({version.directory}): pytest exited with status {status} and "
-                        f"profiled nothing ({error})"
-                    ) from None
-    merged, dropped = _merge(rounds_of)
+        measure = _PytestRounds(
+            versions, pytest_args, only, Path(scratch), repeats, warmup, min_pass_s
+        )
+        rounds_of, asked = time_in_rounds(
+            measure,
+            rounds=rounds,
+            max_rounds=max_rounds,
+            precision=precision,
+            confidence=confidence,
+        )
+    merged, dropped = merge_rounds(rounds_of, asked)
     # from the rounds themselves: each round's process chose its own calls per pass
     test_time = {
         name: sum(p.timing_cost_s() for file in files for p in file.profiles if p.input_id in kept)
         for name, files in rounds_of.items()
         for kept in [{p.input_id for p in merged[name].profiles}]
     }
-    return AlternateRun(merged, rounds, time.perf_counter() - started, test_time, failed, dropped)
+    elapsed = time.perf_counter() - started
+    return AlternateRun(merged, len(asked), elapsed, test_time, measure.failed, dropped)
 
 
-def _merge(
-    rounds_of: Mapping[str, list[InputProfileFile]],
+# One round's measurement, given its number and the inputs it is to profile (None: every
+# input): per version, the profiles it took.
+MeasureRound = Callable[[int, frozenset[str] | None], Mapping[str, InputProfileFile]]
+
+
+def time_in_rounds(
+    measure: MeasureRound,
+    *,
+    rounds: int,
+    max_rounds: int | None = None,
+    precision: float | None = None,
+    confidence: float = 0.95,
+) -> tuple[dict[str, list[InputProfileFile]], list[frozenset[str] | None]]:
+    """Sequential timing with the round as the step: ``rounds`` rounds of every input, then,
+    with a ``precision``, one round at a time, up to ``max_rounds`` in all, of the inputs
+    still too wide (:func:`still_too_wide`); it stops early once none is.
+
+    That is :func:`perfwatch.profiler.core.profile_versions`'s sequential timing with the
+    round in place of the pass, since here the process is the unit that repeats. Per
+    version, its rounds' profiles in round order; per round, the inputs it was asked for
+    (None: every input)."""
+    limit = rounds if max_rounds is None else max_rounds
+    if limit < rounds:
+        raise ValueError(f"max_rounds ({limit}) must not be below rounds ({rounds})")
+    rounds_of: dict[str, list[InputProfileFile]] = {}
+    asked: list[frozenset[str] | None] = []
+    for number in range(limit):
+        wanted = None
+        if number >= rounds:
+            wanted = still_too_wide(rounds_of, asked, precision, confidence)
+            if not wanted:
+                break
+        for name, profiled in measure(number, wanted).items():
+            rounds_of.setdefault(name, []).append(profiled)
+        asked.append(wanted)
+    return rounds_of, asked
+
+
+def still_too_wide(
+    rounds_of: Mapping[str, Sequence[InputProfileFile]],
+    asked: Sequence[frozenset[str] | None],
+    precision: float | None,
+    confidence: float,
+) -> frozenset[str]:
+    """The inputs profiled in every round asked of them so far whose paired interval of some
+    version against the first, by rounds (at ``confidence``, as the decision judges them),
+    is wider than ``precision`` (high - low of new / old - 1); none without a precision."""
+    if precision is None:
+        return frozenset()
+    merged, _ = merge_rounds(rounds_of, asked)
+    timings: dict[str, list[list[float]]] = {}
+    rounds: dict[str, int | None] = {}
+    for file in merged.values():
+        for profile in file.profiles:
+            timings.setdefault(profile.input_id, []).append(list(profile.cpu_times_s or []))
+            rounds[profile.input_id] = profile.timing_rounds
+    return frozenset(
+        input_id
+        for input_id, versions in timings.items()
+        if needs_more_timing(versions, precision, confidence, rounds[input_id])
+    )
+
+
+def merge_rounds(
+    rounds_of: Mapping[str, Sequence[InputProfileFile]],
+    asked: Sequence[frozenset[str] | None],
 ) -> tuple[dict[str, InputProfileFile], list[str]]:
     """Per version: the first round's profiles with the timing passes of every round appended
-    in round order; inputs missing from any round of any version are dropped."""
+    in round order; inputs missing from any round of any version that was asked to profile
+    them (``asked[round]``, None: every input) are dropped."""
     per_round = [
-        {p.input_id: p for p in file.profiles} for files in rounds_of.values() for file in files
+        (asked[number], {p.input_id for p in file.profiles})
+        for files in rounds_of.values()
+        for number, file in enumerate(files)
     ]
-    kept = set(per_round[0]).intersection(*per_round[1:])
-    dropped = sorted(set().union(*per_round) - kept)
+    profiled = set().union(*(ids for _, ids in per_round))
+    kept = {
+        input_id
+        for input_id in profiled
+        if all(input_id in ids for wanted, ids in per_round if wanted is None or input_id in wanted)
+    }
+    dropped = sorted(profiled - kept)
     merged = {}
     for name, files in rounds_of.items():
         first = files[0]
@@ -144,7 +210,11 @@ def _merge(
         for profile in first.profiles:
             if profile.input_id not in kept:
                 continue
-            passes = [profiles_of_round[profile.input_id] for profiles_of_round in by_round]
+            passes = [
+                profiles_of_round[profile.input_id]
+                for profiles_of_round in by_round
+                if profile.input_id in profiles_of_round
+            ]
             cpu = [t for p in passes for t in (p.cpu_times_s or [p.cpu_time_s])]
             wall = [t for p in passes for t in (p.wall_times_s or [p.wall_time_s])]
             profiles.append(
@@ -154,16 +224,74 @@ def _merge(
                     wall_time_s=min(wall),
                     cpu_times_s=cpu,
                     wall_times_s=wall,
-                    timing_rounds=len(files),
+                    timing_rounds=len(passes),
                 )
             )
         measurement = {
             **first.measurement,
             "alternated_rounds": len(files),
-            "timing_repeats": len(profiles[0].cpu_times_s or ()) if profiles else 0,
+            # with sequential rounds, the most any input got
+            "timing_repeats": max((len(p.cpu_times_s or ()) for p in profiles), default=0),
         }
         merged[name] = replace(first, profiles=profiles, measurement=measurement)
     return merged, dropped
+
+
+class _PytestRounds:
+    """A round as pytest processes, one per version in lockstep (:func:`_round_in_turns`),
+    the version to go first swapped every round; counts the rounds each version's pytest
+    failed."""
+
+    def __init__(
+        self,
+        versions: Sequence[Version],
+        pytest_args: Sequence[str],
+        only: Path,
+        scratch: Path,
+        repeats: int,
+        warmup: int,
+        min_pass_s: float,
+    ) -> None:
+        self.versions = versions
+        self.pytest_args = pytest_args
+        self.only = only.resolve()
+        self.scratch = scratch
+        self.options = [
+            f"--perfwatch-repeats={repeats}",
+            f"--perfwatch-warmup={warmup}",
+            f"--perfwatch-min-pass-ms={min_pass_s * 1000}",
+            "--perfwatch-kind=update_sample",
+        ]
+        self.failed = {v.name: 0 for v in versions}
+
+    def __call__(self, number: int, wanted: frozenset[str] | None) -> dict[str, InputProfileFile]:
+        listed = self.only
+        if wanted is not None:
+            listed = self.scratch / f"only-{number}.txt"
+            listed.write_text("".join(f"{i}\n" for i in sorted(wanted)), encoding="utf-8")
+        order = self.versions if number % 2 == 0 else list(reversed(self.versions))
+        outputs = {v.name: self.scratch / f"{v.name}-{number}.json" for v in order}
+        options = [
+            *self.options,
+            f"--perfwatch-only={listed}",
+            *(["--perfwatch-timing-only"] if number > 0 else []),
+        ]
+        statuses = _round_in_turns(order, self.pytest_args, options, outputs)
+        if PYTEST_INTERRUPTED in statuses.values():
+            raise Interrupted
+        profiled = {}
+        for version in self.versions:
+            status = statuses[version.name]
+            self.failed[version.name] += status != 0
+            try:
+                profiled[version.name] = read_input_profile(outputs[version.name])
+            except SourceError as error:
+                raise AlternationError(
+                    f"round {number + 1} on the {version.name} code "
+                    f"({version.directory}): pytest exited with status {status} and "
+                    f"profiled nothing ({error})"
+                ) from None
+        return profiled
 
 
 @dataclass

@@ -353,17 +353,21 @@ def calls_per_pass(
 
 
 def needs_more_timing(
-    timings: Sequence[Sequence[float]], precision: float, confidence: float
+    timings: Sequence[Sequence[float]],
+    precision: float,
+    confidence: float,
+    rounds: int | None = None,
 ) -> bool:
     """Whether any version's paired change against the first one (``timings[0]``; each row
-    the versions' passes, alternated pass by pass) has an interval wider than
-    ``precision`` (high - low of new / old - 1) or none yet."""
+    the versions' passes, alternated pass by pass, in ``rounds`` equal rounds of a process
+    each when given) has an interval wider than ``precision`` (high - low of new / old - 1)
+    or none yet."""
     # Imported here: the plugin loads this module in every pytest process, and the
     # detectors pull in scikit-learn, which only the sequential timing needs.
     from perfwatch.detectors.inputs import paired_change
 
     for other in timings[1:]:
-        change = paired_change(timings[0], other, paired=True, confidence=confidence)
+        change = paired_change(timings[0], other, paired=True, confidence=confidence, rounds=rounds)
         if change.low is None or change.high is None or change.high - change.low > precision:
             return True
     return False

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq
 from scipy.special import digamma, polygamma
@@ -181,6 +181,7 @@ def test_the_false_alarm_rate_holds_under_its_null_model() -> None:
     error=st.floats(0.0, 1.0),
     step=st.floats(0.001, 0.5),
 )
+@example(good=[0.5] * 5, error=0.0, step=0.0014648437500000017)  # p-values an ulp below 1
 def test_a_larger_error_is_never_less_unusual(good: list[float], error: float, step: float) -> None:
     within = [1e-5] * len(good)
     prior = VariancePrior(5.0, 3.0) if len(good) % 2 else None  # moderated or not
@@ -188,7 +189,8 @@ def test_a_larger_error_is_never_less_unusual(good: list[float], error: float, s
     higher = excess_error_test(error + step, 1e-5, good, within, prior=prior)
     assert 0.0 <= lower.pvalue <= 1.0
     assert higher.z >= lower.z
-    assert higher.pvalue <= lower.pvalue
+    # Student t's upper tail near 1 is monotone only to an ulp or so in older scipy
+    assert higher.pvalue <= lower.pvalue + 4 * math.ulp(lower.pvalue)
 
 
 def test_pvalue_rule_flags_a_cpu_regression_and_passes_good_runs() -> None:

@@ -9,6 +9,9 @@
 With ``CI=true`` a broker that cannot be had fails the test; elsewhere a machine
 without Java or Maven skips it with the reason.
 
+Property tests draw the same examples on every run (hypothesis's ``derandomize``), so
+the suite's outcome is reproducible; ``HYPOTHESIS_PROFILE=explore`` draws fresh ones.
+
 `embedded_broker` (session) is the pulsar-lite broker, for tests that say the
 embedded default is enough. `otava` (session) is Apache Otava 0.8, the reference
 implementation, running in an environment of its own (``otava_reference.py``).
@@ -27,10 +30,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from otava_reference import OtavaReference, ReferenceUnavailable
 from perfwatch.brokers import open_broker
 from perfwatch.brokers.handle import BrokerHandle
+
+settings.register_profile("reproducible", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
 
 EXTERNAL_URL_ENV = "PERFWATCH_TEST_PULSAR_URL"
 EXTERNAL_ADMIN_ENV = "PERFWATCH_TEST_PULSAR_ADMIN_URL"

@@ -207,18 +207,27 @@ def test_burn(size):
 """
 
 
+BURNING_IDS = ["tests/test_burn.py::test_burn[2000]", "tests/test_burn.py::test_burn[4000]"]
+
+
+def burning_versions(root: Path) -> tuple[list[Version], Path]:
+    """The same burning suite as an old and a new checkout under ``root``, and a sample
+    file listing both of its inputs."""
+    versions = []
+    for version in ("old", "new"):
+        (root / version / "tests").mkdir(parents=True)
+        (root / version / "tests" / "test_burn.py").write_text(BURNING_TEST)
+        versions.append(Version(version, root / version))
+    only = root / "sample.txt"
+    only.write_text("".join(f"{i}\n" for i in BURNING_IDS))
+    return versions, only
+
+
 def test_sequential_rounds_profile_every_input_on_both_versions(tmp_path: Path) -> None:
     # Which inputs get a third round depends on the machine's noise; the decision itself is
     # tested on constructed rounds (test_sequential_rounds.py). Here only what holds
     # however the passes are timed.
-    versions = []
-    for version in ("old", "new"):
-        (tmp_path / version / "tests").mkdir(parents=True)
-        (tmp_path / version / "tests" / "test_burn.py").write_text(BURNING_TEST)
-        versions.append(Version(version, tmp_path / version))
-    ids = ["tests/test_burn.py::test_burn[2000]", "tests/test_burn.py::test_burn[4000]"]
-    only = tmp_path / "sample.txt"
-    only.write_text("".join(f"{i}\n" for i in ids))
+    versions, only = burning_versions(tmp_path)
     run = profile_alternately(
         versions,
         ["tests"],
@@ -240,5 +249,28 @@ def test_sequential_rounds_profile_every_input_on_both_versions(tmp_path: Path) 
             assert profile.statements > 0  # counted in the first round
         rounds_of[name] = {p.input_id: p.timing_rounds for p in profiles.profiles}
     assert list(rounds_of) == ["old", "new"]
-    assert sorted(rounds_of["old"]) == ids and rounds_of["old"] == rounds_of["new"]
+    assert sorted(rounds_of["old"]) == BURNING_IDS and rounds_of["old"] == rounds_of["new"]
     assert max(rounds_of["old"].values()) == run.rounds
+
+
+def test_profile_old_dir_takes_more_rounds_up_to_max_rounds(tmp_path: Path) -> None:
+    # No interval of real timings by two or three rounds is as narrow as 1e-9 %: every
+    # input is still too wide after each round, so each gets the most rounds.
+    versions, only = burning_versions(tmp_path)
+    output = tmp_path / "update.json"
+    arguments = ["profile", "--only", str(only), "--old-dir", str(versions[0].directory)]
+    arguments += ["--rounds", "2", "--repeats", "3", "--warmup", "0", "-o", str(output)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(versions[1].directory)
+        result = CliRunner().invoke(main, [*arguments, "--max-rounds", "3", "--precision",
+                                           "1e-9", "--", "tests"])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "2 inputs profiled on the old" in result.output
+        assert "in 3 alternating rounds of 3 timing passes each" in result.output
+        for path in (output, tmp_path / "update.old.json"):
+            profiles = read_input_profile(path).profiles
+            assert sorted(p.input_id for p in profiles) == BURNING_IDS
+            assert all(p.timing_rounds == 3 for p in profiles)
+        below = CliRunner().invoke(main, [*arguments, "--max-rounds", "1", "--", "tests"])
+    assert below.exit_code == 2
+    assert "--max-rounds (1) is below --rounds (2)" in below.output

@@ -103,6 +103,21 @@ PYTEST_INTERRUPTED = 2
     help="With --old-dir: alternating rounds; each runs --repeats timing passes per version.",
 )
 @click.option(
+    "--max-rounds",
+    type=click.IntRange(min=1),
+    help="With --old-dir: after --rounds, one more round at a time, up to this many in all, "
+    "for the inputs whose paired interval is still wider than --precision [default: --rounds].",
+)
+@click.option(
+    "--precision",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    metavar="PERCENT",
+    help="With --max-rounds: the widest paired interval of an input (high - low of "
+    "new / old - 1, by rounds, as recommend judges it) that needs no further round.",
+)
+@click.option(
     "--reference-out",
     type=click.Path(dir_okay=False, path_type=Path),
     help="With --old-dir: where the old code's profiles go [default: OUTPUT with .old "
@@ -142,6 +157,8 @@ def profile(
     old_env: tuple[str, ...],
     new_env: tuple[str, ...],
     rounds: int,
+    max_rounds: int | None,
+    precision: float,
     reference_out: Path | None,
     publish: bool,
     reference: Path | None,
@@ -171,6 +188,8 @@ def profile(
             raise click.UsageError("--old-dir profiles a sample: give it with --only")
         if reference is not None:
             raise click.UsageError("--old-dir measures the reference itself: drop --reference")
+        if max_rounds is not None and max_rounds < rounds:
+            raise click.UsageError(f"--max-rounds ({max_rounds}) is below --rounds ({rounds})")
         versions = [
             Version(
                 "old",
@@ -185,7 +204,7 @@ def profile(
             versions,
             pytest_args,
             only,
-            rounds,
+            (rounds, max_rounds, precision / 100),
             repeats,
             warmup,
             min_pass_ms / 1000,
@@ -240,24 +259,28 @@ def _alternate(
     versions: list[Version],
     pytest_args: tuple[str, ...],
     only: Path,
-    rounds: int,
+    rounds: tuple[int, int | None, float],
     repeats: int,
     warmup: int,
     min_pass_s: float,
     output: Path,
     reference_path: Path,
 ) -> int:
-    """Profile both versions alternately, write both files, report the cost; the exit
+    """Profile both versions alternately (``rounds``: the rounds of every input, the most
+    rounds and the precision as a fraction), write both files, report the cost; the exit
     status of the worst pytest run (0 or 1)."""
+    first, most, precision = rounds
     try:
         run = profile_alternately(
             versions,
             pytest_args,
             only=only,
-            rounds=rounds,
+            rounds=first,
             repeats=repeats,
             warmup=warmup,
             min_pass_s=min_pass_s,
+            max_rounds=most,
+            precision=None if most is None else precision,
         )
     except Interrupted:
         raise SystemExit(EXIT_INTERRUPTED) from None
@@ -267,11 +290,12 @@ def _alternate(
         raise InputError("no input was profiled in every round of both versions")
     write_input_profile(output, run.profiles["new"])
     write_input_profile(reference_path, run.profiles["old"])
-    passes = rounds * repeats
-    inputs = len(run.profiles["new"].profiles)
+    profiled = run.profiles["new"].profiles
+    taken = sorted({p.timing_rounds or first for p in profiled})
+    spread = f"{taken[0]}" if len(taken) == 1 else f"{taken[0]}-{taken[-1]}"
     click.echo(
-        f"{inputs} inputs profiled on the old ({versions[0].directory}) and new code in "
-        f"{rounds} alternating rounds, {passes} timing passes each: new code to {output}, "
+        f"{len(profiled)} inputs profiled on the old ({versions[0].directory}) and new code in "
+        f"{spread} alternating rounds of {repeats} timing passes each: new code to {output}, "
         f"old code to {reference_path}",
         err=True,
     )

@@ -490,8 +490,8 @@ class ChangePointHandler:
                 named[finding_id] = commit
         for commit in after.keys() - before.keys():
             before[commit] = _stored_incident(tx, commit)
-        for commit in self._closing(ranges, named):
-            _close(tx, commit, {f: ranges.pop(f) for f in sorted(ranges) if named[f] == commit})
+        for commit, closing in self._closing(ranges, named).items():
+            _close(tx, commit, {f: ranges.pop(f) for f in closing})
         tx.put_blob(
             INCIDENT_RANGES_NAMESPACE,
             RANGES_KEY,
@@ -523,18 +523,22 @@ class ChangePointHandler:
             )
         return verdicts, joining
 
-    def _closing(self, ranges: Mapping[str, CommitRange], named: Mapping[str, str]) -> list[str]:
-        """The incidents to close: those whose newest member's first changed run came
-        ``incident_open_days`` or more before the newest of all (run time, so the same
-        history closes the same incidents)."""
+    def _closing(
+        self, ranges: Mapping[str, CommitRange], named: Mapping[str, str]
+    ) -> dict[str, list[str]]:
+        """The incidents to close and their members: those whose newest member's first
+        changed run came ``incident_open_days`` or more before the newest of all (run
+        time, so the same history closes the same incidents)."""
         newest: dict[str, float] = {}
-        for finding_id, span in ranges.items():
-            commit = named[finding_id]
-            newest[commit] = max(newest.get(commit, span.last_time), span.last_time)
+        members: dict[str, list[str]] = {}
+        for finding_id in sorted(ranges):
+            commit, time = named[finding_id], ranges[finding_id].last_time
+            newest[commit] = max(newest.get(commit, time), time)
+            members.setdefault(commit, []).append(finding_id)
         if not newest:
-            return []
+            return {}
         horizon = max(newest.values()) - self._incident_open_s
-        return sorted(commit for commit, time in newest.items() if time <= horizon)
+        return {c: members[c] for c in sorted(newest) if newest[c] <= horizon}
 
     @staticmethod
     def _commit_range(move: IncidentMove, tx: StoreTransaction) -> CommitRange:

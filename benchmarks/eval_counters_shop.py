@@ -19,7 +19,16 @@ The rules compared, on the same runs:
   * fixed 30%: the paper's threshold on the excess error (``decision="threshold"``);
   * calibrated: the threshold calibrated on the baseline's own runs (each checked against
     the others; largest excess + 5 points), the previous rule;
-  * literal: the paper's steps read literally (``seed_literal()``) at 30%.
+  * literal: the paper's steps read literally (``seed_literal()``) at 30%;
+  * prototypes, measured only when named in ``--rules`` (not in the detector): every
+    counter but the workload's (``WORKLOAD``: request rates and what the application's
+    logic asks per request) modelled on the workload counters only, each good run left
+    out in turn. ``workload``: the median block residual (the counter's level for its
+    workload) against the good runs', t with k - 1 df, two-sided; ``workload-error``: the
+    trimmed percentage error judged as the detector judges its models' errors;
+    ``workload-error-offset``: the same, a counter whose level is run-specific judged
+    around its own level. ``p-value+NAME``: the default's models and the prototype's
+    counters under one Bonferroni correction.
 
 Reported: regressions caught per seed, false alarms on good and noisy-but-good runs, the
 injected effect of each regression on its main counters (the same seed without the
@@ -46,7 +55,16 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from scipy import stats
+
 from counter_shop import COUNTERS, REGRESSIONS, generate_study, injected_effect
+from perfwatch.detectors.counter_decision import error_statistics, excess_error_tests
+from perfwatch.detectors.counter_steps import (
+    block_means,
+    fill_missing,
+    percentage_error_blocks,
+    steady_state_window,
+)
 from perfwatch.detectors.counters import (
     CounterCheckResult,
     CounterRegressionCheck,
@@ -54,7 +72,34 @@ from perfwatch.detectors.counters import (
 )
 
 RULES = ("p-value", "exceedance", "moderated", "fixed 30%", "calibrated", "literal")
-TESTED = ("p-value", "exceedance", "moderated")  # the rules with a p-value per run
+# prototypes, measured only when named in --rules: the workload-normalized per-counter
+# test alone, and combined with the default's models under one Bonferroni correction
+PROTOTYPES = (
+    "workload",
+    "workload-error",
+    "workload-error-offset",
+    "p-value+workload",
+    "p-value+workload-error",
+    "p-value+workload-error-offset",
+)
+TESTED = ("p-value", "exceedance", "moderated", *PROTOTYPES)  # a p-value per run
+# the counters that describe the offered work, not how efficiently it is served: the
+# request rates per kind (web GETs and POSTs, application requests) and what the
+# application's logic asks of the database and the network per request
+WORKLOAD = [
+    name
+    for name in COUNTERS
+    if name.endswith(
+        (
+            "Get Requests/sec",
+            "Post Requests/sec",
+            "\\Requests/Sec",
+            "Batch Requests/sec",
+            "Log Flushes/sec",
+            "Bytes Sent/sec",
+        )
+    )
+]
 TOP = 3  # blame: the counters named first
 
 
@@ -95,6 +140,97 @@ class _Fits:
         return self._cache[key]
 
 
+def _workload_blocks(run: CounterSamples, block: int = 10) -> np.ndarray:
+    """A run's steady state in block means, as the check prepares it."""
+    filled = fill_missing(run.values)
+    start, end = steady_state_window(filled)
+    end = start + (end - start) // block * block
+    return block_means(filled[start:end], block)
+
+
+def _workload_model(
+    fit_on: list[np.ndarray], judged: np.ndarray, dependents: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per dependent, an OLS model on the workload counters fitted on ``fit_on``: the
+    judged run's blocks (blocks x dependents) and their predictions."""
+    workload = [COUNTERS.index(name) for name in WORKLOAD]
+    pooled = np.vstack(fit_on)
+    design = np.column_stack([np.ones(len(pooled)), pooled[:, workload]])
+    coef, *_ = np.linalg.lstsq(design, pooled[:, dependents], rcond=None)
+    predicted = np.column_stack([np.ones(len(judged)), judged[:, workload]]) @ coef
+    return judged[:, dependents], predicted
+
+
+def workload_tests(
+    baseline: list[np.ndarray], target: np.ndarray, score: str
+) -> tuple[list[str], np.ndarray]:
+    """Every counter but the workload's (and usually-zero ones) modelled on the workload
+    counters only, each good run left out of the fit in turn. "level": the median of the
+    blocks' residuals relative to the counter's mean, against the good runs' held-out
+    medians (t with k - 1 df, two-sided). "error": the trimmed percentage error, judged
+    as the check judges its models' errors (``excess_error_tests``: between- and
+    within-run variation). Returns the counters and their p-values."""
+    workload = [COUNTERS.index(name) for name in WORKLOAD]
+    pooled = np.abs(np.vstack(baseline))
+    mean = pooled.mean(axis=0)
+    dependents = [
+        j
+        for j in range(len(COUNTERS))
+        if j not in workload
+        and np.ptp(pooled[:, j]) > 0
+        and np.median(pooled[:, j]) > 0.1 * mean[j]
+    ]
+    k = len(baseline)
+    fits = [
+        _workload_model(baseline[:i] + baseline[i + 1 :], run, dependents)
+        for i, run in enumerate(baseline)
+    ]
+    fits.append(_workload_model(baseline, target, dependents))  # the target last
+    names = [COUNTERS[j] for j in dependents]
+    if score == "level":
+        levels = np.array([np.median((y - p) / mean[dependents], axis=0) for y, p in fits])
+        held, value = levels[:-1], levels[-1]
+        t = (value - held.mean(axis=0)) / (held.std(axis=0, ddof=1) * np.sqrt(1 + 1 / k))
+        return names, 2 * stats.t.sf(np.abs(t), k - 1)
+    floor = 0.1 * mean[dependents]
+    if score == "error-offset":
+        # a counter whose level is run-specific (between-run variance of the run means
+        # above the within-run variance of its blocks) is judged around its own level
+        means = np.array([run[:, dependents].mean(axis=0) for run in baseline])
+        within = np.mean([run[:, dependents].var(axis=0, ddof=1) for run in baseline], axis=0)
+        level = means.var(axis=0, ddof=1) > within
+        fits = [(y, p + np.where(level, np.median(y - p, axis=0), 0.0)) for y, p in fits]
+    summaries = [error_statistics(percentage_error_blocks(y, p, floor), 0.2) for y, p in fits]
+    errors, variances, blocks = (np.array(part) for part in zip(*summaries, strict=True))
+    _, pvalues, _ = excess_error_tests(
+        errors[-1], variances[-1], errors[:-1].T, variances[:-1].T, blocks[-1]
+    )
+    return names, np.where(np.isnan(pvalues), 1.0, pvalues)
+
+
+def _prototype_entry(
+    rule: str, result: CounterCheckResult, blocks: list[np.ndarray], target: np.ndarray
+) -> tuple[float, list[str]]:
+    """A prototype rule's run p-value and its blame (counters named first)."""
+    score = rule.removeprefix("p-value+").removeprefix("workload").removeprefix("-") or "level"
+    names, pvalues = workload_tests(blocks, target, score)
+    order = np.argsort(pvalues, kind="stable")
+    counter_blame = [names[i] for i in order]
+    smallest = float(pvalues[order[0]])
+    if not rule.startswith("p-value+"):
+        return min(1.0, smallest * len(names)), counter_blame
+    model_p = [c.pvalue for c in result.clusters if c.pvalue is not None]
+    tests = sum(c.tests for c in result.clusters if c.pvalue is not None) + len(names)
+    best_model = min(model_p, default=1.0)
+    pvalue = min(1.0, min(best_model, smallest) * tests)
+    first, second = (
+        (counter_blame, result.look_first)
+        if smallest < best_model
+        else (result.look_first, counter_blame)
+    )
+    return pvalue, list(dict.fromkeys([*first[:TOP], *second]))
+
+
 def _blame_hit(result: CounterCheckResult, changed: Sequence[str]) -> bool:
     return bool(set(result.look_first[:TOP]) & set(changed))
 
@@ -121,11 +257,27 @@ def evaluate_seed(
     ]
     targets.append(("noisy good run", "noisy", study.noisy_good, everyone))
     targets += [(key, "regression", run, everyone) for key, run in study.regressions.items()]
+    blocks = [_workload_blocks(run) for run in study.good] if set(rules) & set(PROTOTYPES) else []
     rows = []
     for label, kind, run, baseline in targets:
         row: dict[str, object] = {"run": label, "kind": kind}
         changed = REGRESSIONS[label].changed if kind == "regression" else ()
         for rule in rules:
+            if rule in PROTOTYPES:
+                default = fits.check("p-value", baseline).check(run)
+                pvalue, named = _prototype_entry(
+                    rule, default, [blocks[i] for i in baseline], _workload_blocks(run)
+                )
+                row[rule] = {
+                    "flagged": pvalue < 0.01,
+                    "max_excess_error": None,
+                    "pvalue": pvalue,
+                    "z": None,
+                    "look_first": named[:TOP],
+                    "blame_hit": bool(set(named[:TOP]) & set(changed)) if changed else None,
+                    "previous_blame_hit": None,
+                }
+                continue
             result = fits.check(rule, baseline).check(run)
             entry: dict[str, object] = {
                 "flagged": result.regression,
@@ -266,11 +418,15 @@ def render(seeds: list[dict], summary: dict, effects: dict, variation: dict) -> 
         )
     for rule in (r for r in rules if r in TESTED):
         blame = summary[rule]["blame"]
+        earlier = (
+            ""
+            if rule in PROTOTYPES
+            else f" (the earlier ranking by excess error: {blame['previous_top3_hits']})"
+        )
         lines += [
             "",
             f"blame ({rule}): top {TOP} names a changed counter in {blame['top3_hits']} of "
-            f"{blame['caught']} caught regressions (the earlier ranking by excess error: "
-            f"{blame['previous_top3_hits']})",
+            f"{blame['caught']} caught regressions{earlier}",
             "  " + ", ".join(f"{k} {h}/{c}" for k, (h, c) in blame["by_regression"].items()),
         ]
     lines += [
@@ -300,7 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--jobs", type=int, default=1, help="seeds evaluated in parallel")
     parser.add_argument(
-        "--rules", default=",".join(RULES), help="comma-separated subset of " + ", ".join(RULES)
+        "--rules",
+        default=",".join(RULES),
+        help="comma-separated, of " + ", ".join(RULES + PROTOTYPES).replace("%", "%%"),
     )
     args = parser.parse_args(argv)
     params = {k: _value(v) for k, _, v in (item.partition("=") for item in args.set)}

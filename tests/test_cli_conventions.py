@@ -4,6 +4,7 @@ option names mean the same thing everywhere (README, "Exit status")."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import socket
@@ -123,6 +124,57 @@ def test_bad_input_is_exit_status_2_with_the_command_named(command: str, tmp_pat
     result = _invoke(*args)
     assert result.exit_code == 2, result.output
     _error_line(result.stderr, command)
+    assert "Traceback" not in result.stderr
+
+
+def test_no_number_option_takes_nan_or_an_infinity() -> None:
+    """NaN passes every bound check, and an infinite threshold or time-out means nothing."""
+    numeric = [
+        (f"perfwatch {path} {name}", option)
+        for path, command in _commands()
+        for name, option in _options(command).items()
+        if isinstance(option.type, click.types.FloatParamType)
+    ]
+    assert len(numeric) > 10
+    for label, option in numeric:
+        for text in ("nan", "inf", "-inf", "1e400"):
+            with pytest.raises(click.BadParameter):
+                option.type.convert(text, option, None)
+                pytest.fail(f"{label} took {text}")
+
+
+def test_a_webhook_that_is_no_http_url_is_bad_input() -> None:
+    for url in ("hooks.slack.com/services/T0", "ftp://host/", "http://", "http://host:port/"):
+        result = _invoke("forward", "--webhook", url, "--pulsar-url", CLOSED_PORT_URL)
+        assert result.exit_code == 2, result.output
+        line = _error_line(result.stderr, "forward")
+        assert line.endswith("--webhook: not an http:// or https:// URL with a host name")
+
+
+def test_recommend_reference_without_update_is_a_usage_error(profile_file: Path) -> None:
+    result = _invoke("recommend", "--baseline", str(profile_file), "--reference", str(profile_file))
+    assert result.exit_code == 2
+    assert "--reference is the old code's side of --update" in _error_line(
+        result.stderr, "recommend"
+    )
+
+
+def test_profile_without_pytest_says_to_install_it(tmp_path: Path) -> None:
+    # A module named pytest that cannot be imported stands for an environment without pytest.
+    (tmp_path / "pytest.py").write_text("raise ImportError('no pytest in this environment')\n")
+    (tmp_path / "test_tiny.py").write_text("def test_one():\n    pass\n")
+    result = subprocess.run(
+        [*PERFWATCH, "profile", "-o", str(tmp_path / "p.json"), "--", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 2, result.stderr
+    line = _error_line(result.stderr, "profile")
+    assert line.endswith("does not have: pip install pytest")
     assert "Traceback" not in result.stderr
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -12,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfwatch.cli.errors import EXIT_FOUND, EXIT_INTERRUPTED, InputError
-from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
+from perfwatch.cli.options import (
+    FiniteFloatRange,
+    broker_options,
+    load_command_config,
+    records_topic_option,
+)
 from perfwatch.cli.publish import parse_attributes
 from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.profiler.alternate import (
@@ -53,7 +59,7 @@ PYTEST_INTERRUPTED = 2
 )
 @click.option(
     "--min-pass-ms",
-    type=click.FloatRange(min=0, max=60_000),
+    type=FiniteFloatRange(min=0, max=60_000),
     default=0.0,
     show_default=True,
     help="Call a short test several times per timing pass (1, 2, 5, 10, ...), so that a "
@@ -110,7 +116,7 @@ PYTEST_INTERRUPTED = 2
 )
 @click.option(
     "--precision",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=5.0,
     show_default=True,
     metavar="PERCENT",
@@ -180,6 +186,7 @@ def profile(
     """
     if reference is not None and not publish:
         raise click.UsageError("--reference is sent with the record: it needs --publish")
+    _check_pytest()
     config = None
     if publish:  # bad settings are found before the suite runs, not after
         config = load_command_config(config_path)
@@ -253,6 +260,18 @@ def profile(
         _publish(record, branch, config)
     if status != 0:
         raise SystemExit(EXIT_FOUND)
+
+
+def _check_pytest() -> None:
+    """InputError unless pytest, which runs the tests with the profiler as its plugin, can be
+    imported by this interpreter (the new code's; the old code's may be another)."""
+    try:
+        importlib.import_module("pytest")
+    except ImportError:
+        raise InputError(
+            f"the tests run under pytest, which this environment ({sys.executable}) does not "
+            "have: pip install pytest"
+        ) from None
 
 
 def _alternate(

@@ -198,6 +198,39 @@ def test_profile_with_a_failing_test_is_exit_status_1(tmp_path: Path) -> None:
     assert output.exists()  # the passing test's profile is still written
 
 
+def test_profile_of_a_suite_that_does_not_import_is_bad_input_not_ctrl_c(tmp_path: Path) -> None:
+    (tmp_path / "test_suite.py").write_text("import not_installed_anywhere\n")
+    result = _invoke(
+        *("profile", "-o", str(tmp_path / "inputs.json"), "--", str(tmp_path), "-q"),
+        *("-p", "no:cacheprovider"),
+    )
+    assert result.exit_code == 2, result.output
+    line = _error_line(result.stderr, "profile")
+    assert "status 2 (errors while collecting the tests, or interrupted)" in line
+
+
+def test_profile_old_dir_whose_suite_does_not_import_says_where_to_look(tmp_path: Path) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    for tree, module in ((old, "not_installed_anywhere"), (new, "os")):
+        tree.mkdir()
+        (tree / "test_suite.py").write_text(f"import {module}\n\ndef test_one():\n    pass\n")
+    sample = tmp_path / "sample.txt"
+    sample.write_text("test_suite.py::test_one\n")
+    options = ["--only", str(sample), "--old-dir", str(old), "--rounds", "1", "--repeats", "1"]
+    result = subprocess.run(
+        [*PERFWATCH, "profile", *options, "-o", str(tmp_path / "u.json"), "--", "test_suite.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=new,
+    )
+    assert result.returncode == 2, result.stderr
+    line = _error_line(result.stderr, "profile")
+    assert f"round 1 on the old code ({old}): pytest exited with status 2" in line
+    assert "-m pytest test_suite.py` there shows why" in line
+
+
 def test_every_command_is_covered() -> None:
     commands = set(main.list_commands(click.Context(main))) - {"dev"}
     commands |= {"dev pulsar", "dev embedded"}

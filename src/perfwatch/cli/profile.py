@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from perfwatch.cli.errors import EXIT_FOUND, EXIT_INTERRUPTED, InputError
+from perfwatch.cli.errors import EXIT_FOUND, InputError
 from perfwatch.cli.options import (
     FiniteFloatRange,
     broker_options,
@@ -23,9 +23,9 @@ from perfwatch.cli.publish import parse_attributes
 from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.profiler.alternate import (
     AlternationError,
-    Interrupted,
     Version,
     profile_alternately,
+    pytest_exit,
 )
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import (
@@ -36,9 +36,6 @@ from perfwatch.readers.input_profile import (
 
 if TYPE_CHECKING:
     from perfwatch.config import Config
-
-# pytest's exit status when the run was interrupted (Ctrl-C reaches pytest too).
-PYTEST_INTERRUPTED = 2
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -241,13 +238,9 @@ def profile(
         command.append(f"--perfwatch-kind={kind}")
     started = datetime.now(UTC)
     status = subprocess.run(command, check=False).returncode
-    if status == PYTEST_INTERRUPTED:
-        raise SystemExit(EXIT_INTERRUPTED)
     written = output.exists() and datetime.fromtimestamp(output.stat().st_mtime, UTC) >= started
     if not written:
-        raise InputError(
-            f"pytest (exit status {status}) profiled no test; {output} was not written"
-        )
+        raise InputError(f"{pytest_exit(status)} and profiled no test; {output} was not written")
     profile_file = _read_profiles(output)
     if reference_file is not None and profile_file.kind != "update_sample":
         raise click.UsageError(f"--reference needs an update sample; {output} is a full suite")
@@ -301,8 +294,6 @@ def _alternate(
             max_rounds=most,
             precision=None if most is None else precision,
         )
-    except Interrupted:
-        raise SystemExit(EXIT_INTERRUPTED) from None
     except AlternationError as error:
         raise InputError(str(error)) from None
     if not run.profiles["new"].profiles:

@@ -373,6 +373,37 @@ def test_ctrl_c_while_the_broker_does_not_answer(
     assert stdout == ""
 
 
+def test_ctrl_c_during_alternating_rounds_leaves_no_traceback(tmp_path: Path) -> None:
+    """Ctrl-C reaches perfwatch and both pytest processes: they end before the scratch
+    directory their profiles go to is removed."""
+    marker = tmp_path / "second-test-running"
+    suite = (
+        "import pathlib, time\n\ndef test_first():\n    pass\n\n"
+        f"def test_second():\n    pathlib.Path({str(marker)!r}).touch()\n    time.sleep(0.05)\n"
+    )
+    for tree in ("old", "new"):
+        (tmp_path / tree).mkdir()
+        (tmp_path / tree / "test_suite.py").write_text(suite)
+    sample = tmp_path / "sample.txt"
+    sample.write_text("test_suite.py::test_first\ntest_suite.py::test_second\n")
+    options = ["--only", str(sample), "--old-dir", str(tmp_path / "old"), "--repeats", "1000"]
+    process = subprocess.Popen(
+        [*PERFWATCH, "profile", *options, "-o", str(tmp_path / "u.json"), "--", "test_suite.py"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path / "new",
+        start_new_session=True,  # a process group of its own, as a terminal's Ctrl-C reaches
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+
+
 def test_ctrl_c_stops_a_running_command_cleanly(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [*PERFWATCH, "dev", "embedded", "--data-dir", str(tmp_path / "broker")],

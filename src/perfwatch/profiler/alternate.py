@@ -373,8 +373,11 @@ def _round_in_turns(
                     waiting.remove(turn)
             waiting.reverse()  # old-new, new-old, ...: no version always runs second
     finally:
-        # closing the pipes releases a plugin still waiting (it then stops profiling)
+        # closing the pipes releases a plugin still waiting (it then stops profiling); the
+        # processes are waited for also on Ctrl-C, so that none writes its profile into the
+        # scratch directory after it is gone
         for turn in turns.values():
             turn.go.close()
             turn.ready.close()
-    return {name: turn.process.wait() for name, turn in turns.items()}
+        statuses = {name: turn.process.wait() for name, turn in turns.items()}
+    return statuses

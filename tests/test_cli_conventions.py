@@ -4,6 +4,7 @@ option names mean the same thing everywhere (README, "Exit status")."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import socket
@@ -126,6 +127,57 @@ def test_bad_input_is_exit_status_2_with_the_command_named(command: str, tmp_pat
     assert "Traceback" not in result.stderr
 
 
+def test_no_number_option_takes_nan_or_an_infinity() -> None:
+    """NaN passes every bound check, and an infinite threshold or time-out means nothing."""
+    numeric = [
+        (f"perfwatch {path} {name}", option)
+        for path, command in _commands()
+        for name, option in _options(command).items()
+        if isinstance(option.type, click.types.FloatParamType)
+    ]
+    assert len(numeric) > 10
+    for label, option in numeric:
+        for text in ("nan", "inf", "-inf", "1e400"):
+            with pytest.raises(click.BadParameter):
+                option.type.convert(text, option, None)
+                pytest.fail(f"{label} took {text}")
+
+
+def test_a_webhook_that_is_no_http_url_is_bad_input() -> None:
+    for url in ("hooks.slack.com/services/T0", "ftp://host/", "http://", "http://host:port/"):
+        result = _invoke("forward", "--webhook", url, "--pulsar-url", CLOSED_PORT_URL)
+        assert result.exit_code == 2, result.output
+        line = _error_line(result.stderr, "forward")
+        assert line.endswith("--webhook: not an http:// or https:// URL with a host name")
+
+
+def test_recommend_reference_without_update_is_a_usage_error(profile_file: Path) -> None:
+    result = _invoke("recommend", "--baseline", str(profile_file), "--reference", str(profile_file))
+    assert result.exit_code == 2
+    assert "--reference is the old code's side of --update" in _error_line(
+        result.stderr, "recommend"
+    )
+
+
+def test_profile_without_pytest_says_to_install_it(tmp_path: Path) -> None:
+    # A module named pytest that cannot be imported stands for an environment without pytest.
+    (tmp_path / "pytest.py").write_text("raise ImportError('no pytest in this environment')\n")
+    (tmp_path / "test_tiny.py").write_text("def test_one():\n    pass\n")
+    result = subprocess.run(
+        [*PERFWATCH, "profile", "-o", str(tmp_path / "p.json"), "--", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 2, result.stderr
+    line = _error_line(result.stderr, "profile")
+    assert line.endswith("does not have: pip install pytest")
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize("group", [[], ["dev"]])
 def test_a_group_without_a_command_shows_its_help(group: list[str]) -> None:
     result = _invoke(*group)
@@ -144,6 +196,39 @@ def test_profile_with_a_failing_test_is_exit_status_1(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1, result.output
     assert output.exists()  # the passing test's profile is still written
+
+
+def test_profile_of_a_suite_that_does_not_import_is_bad_input_not_ctrl_c(tmp_path: Path) -> None:
+    (tmp_path / "test_suite.py").write_text("import not_installed_anywhere\n")
+    result = _invoke(
+        *("profile", "-o", str(tmp_path / "inputs.json"), "--", str(tmp_path), "-q"),
+        *("-p", "no:cacheprovider"),
+    )
+    assert result.exit_code == 2, result.output
+    line = _error_line(result.stderr, "profile")
+    assert "status 2 (errors while collecting the tests, or interrupted)" in line
+
+
+def test_profile_old_dir_whose_suite_does_not_import_says_where_to_look(tmp_path: Path) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    for tree, module in ((old, "not_installed_anywhere"), (new, "os")):
+        tree.mkdir()
+        (tree / "test_suite.py").write_text(f"import {module}\n\ndef test_one():\n    pass\n")
+    sample = tmp_path / "sample.txt"
+    sample.write_text("test_suite.py::test_one\n")
+    options = ["--only", str(sample), "--old-dir", str(old), "--rounds", "1", "--repeats", "1"]
+    result = subprocess.run(
+        [*PERFWATCH, "profile", *options, "-o", str(tmp_path / "u.json"), "--", "test_suite.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=new,
+    )
+    assert result.returncode == 2, result.stderr
+    line = _error_line(result.stderr, "profile")
+    assert f"round 1 on the old code ({old}): pytest exited with status 2" in line
+    assert "-m pytest test_suite.py` there shows why" in line
 
 
 def test_every_command_is_covered() -> None:
@@ -286,6 +371,37 @@ def test_ctrl_c_while_the_broker_does_not_answer(
     assert time.monotonic() - began < 30
     assert "Traceback" not in stderr
     assert stdout == ""
+
+
+def test_ctrl_c_during_alternating_rounds_leaves_no_traceback(tmp_path: Path) -> None:
+    """Ctrl-C reaches perfwatch and both pytest processes: they end before the scratch
+    directory their profiles go to is removed."""
+    marker = tmp_path / "second-test-running"
+    suite = (
+        "import pathlib, time\n\ndef test_first():\n    pass\n\n"
+        f"def test_second():\n    pathlib.Path({str(marker)!r}).touch()\n    time.sleep(0.05)\n"
+    )
+    for tree in ("old", "new"):
+        (tmp_path / tree).mkdir()
+        (tmp_path / tree / "test_suite.py").write_text(suite)
+    sample = tmp_path / "sample.txt"
+    sample.write_text("test_suite.py::test_first\ntest_suite.py::test_second\n")
+    options = ["--only", str(sample), "--old-dir", str(tmp_path / "old"), "--repeats", "1000"]
+    process = subprocess.Popen(
+        [*PERFWATCH, "profile", *options, "-o", str(tmp_path / "u.json"), "--", "test_suite.py"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path / "new",
+        start_new_session=True,  # a process group of its own, as a terminal's Ctrl-C reaches
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
 
 
 def test_ctrl_c_stops_a_running_command_cleanly(tmp_path: Path) -> None:

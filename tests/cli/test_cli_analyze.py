@@ -264,6 +264,7 @@ GOOD = "time,x\n2024-01-01,1\n2024-01-02,2\n2024-01-03,3\n"
         (GOOD + "2024-01-04,abc\n", ":5:2", "unparsable number 'abc'"),
         (GOOD + "2024-01-04,NaN\n", ":5:2", "non-finite value 'NaN'"),
         (GOOD + "2024-01-04,-inf\n", ":5:2", "non-finite value '-inf'"),
+        (GOOD + "2024-01-04," + "9" * 200 + "\n", ":5:2", "value 1e+200 in metric column 'x'"),
         (GOOD + "04/01/2024,4\n", ":5:1", "unparsable time '04/01/2024'"),
     ],
 )
@@ -308,6 +309,9 @@ def test_selection_leaving_too_few_runs_is_an_error(tmp_path: Path) -> None:
         (["--since", "not-a-commit"], "neither a commit of this series nor an ISO 8601"),
         (["-P", "2"], "-P"),
         (["--sep", "ab"], "not a single character"),
+        (["-M", "nan"], "'nan' is not a finite number"),
+        (["-P", "nan"], "'nan' is not a finite number"),
+        (["--window", str(2**63)], "--window"),
     ],
 )
 def test_bad_options_exit_2(tmp_path: Path, args: list[str], fragment: str) -> None:

@@ -217,6 +217,10 @@ def test_validate_record_reports_every_problem_with_its_path() -> None:
         ),
         ({"counters": {"names": ["a", "a"], "values": [[1, 2]]}}, "$.counters.names", "duplicate"),
         ({"inputs": {"kind": "some", "profiles": []}}, "$.inputs.kind", "one of"),
+        ({"metrics": {"x": 2e150}}, "$.metrics.x", "2e+150 is beyond 1e+150 in magnitude"),
+        ({"metrics": {"x": {"value": -1e200}}}, "$.metrics.x.value", "rescale the metric"),
+        ({"metrics": {"x": 10**151}}, "$.metrics.x", "1e+151 is beyond 1e+150"),
+        ({"metrics": {"x": 10**400}}, "$.metrics.x", "beyond the range of a 64-bit float"),
     ],
 )
 def test_single_problems_are_named(change: dict[str, Any], path: str, fragment: str) -> None:
@@ -319,7 +323,8 @@ def test_dumps_refuses_non_finite_numbers() -> None:
     assert caught.value.path == "$.metrics.x"
 
 
-finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+# Every value a metric may hold: finite and within the bound the change-point analysis takes.
+metric_values = st.floats(-validation.MAX_METRIC_MAGNITUDE, validation.MAX_METRIC_MAGNITUDE)
 # Any text a record decoded from UTF-8 can hold and a store can keep: every character
 # but NUL and lone surrogates (UTF-8 cannot encode them, so no message carries one).
 stored_text = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
@@ -328,7 +333,7 @@ names = st.text(stored_text, min_size=1, max_size=20)
 
 @settings(max_examples=60, deadline=None)
 @given(
-    metrics=st.dictionaries(names, finite, min_size=1, max_size=5),
+    metrics=st.dictionaries(names, metric_values, min_size=1, max_size=5),
     attributes=st.dictionaries(names, st.text(stored_text, max_size=20), max_size=3),
     microsecond=st.integers(0, 999_999),
 )
@@ -735,5 +740,23 @@ def test_numbers_beyond_the_float_range_are_refused() -> None:
     [problem] = validate_record(doc)
     assert (problem.kind, problem.path) == (ErrorKind.NON_FINITE, "$.metrics.wall_time_s")
     assert "beyond the range of a 64-bit float" in problem.message
-    doc["metrics"]["wall_time_s"] = 2**1023  # a float holds it
-    assert validate_record(doc) == []
+    doc["metrics"]["wall_time_s"] = 2**1023  # a float holds it: only the metrics' bound refuses it
+    [problem] = validate_record(doc)
+    assert (problem.kind, problem.path) == (ErrorKind.SCHEMA, "$.metrics.wall_time_s")
+    assert "beyond 1e+150 in magnitude" in problem.message
+
+
+def test_metric_bound_is_what_the_change_point_analysis_takes() -> None:
+    """A metric value the record contract accepts never fails the analysis on the stream."""
+    from perfwatch.detectors.edivisive import prepare_values
+
+    limit = validation.MAX_METRIC_MAGNITUDE
+    beyond = float(np.nextafter(limit, math.inf))
+    prepare_values([limit, -limit, 1.0])
+    with pytest.raises(ValueError, match="too large"):
+        prepare_values([beyond, 1.0, 1.0])
+    doc = full_record()
+    assert validate_record({**doc, "metrics": {"x": limit, "y": {"value": -limit}}}) == []
+    assert paths(validate_record({**doc, "metrics": {"x": beyond}})) == {"$.metrics.x"}
+    metric = validation.load_schema("record")["$defs"]["metric"]
+    assert (metric["minimum"], metric["maximum"]) == (-limit, limit)

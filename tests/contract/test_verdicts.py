@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from perfwatch.adapters.verdict_feed import is_alert, summary_fields
 from perfwatch.contract.codec import dumps
 from perfwatch.contract.models import ChangePointEvidence, SeriesRef
-from perfwatch.contract.validation import validate_verdict
+from perfwatch.contract.validation import load_schema, validate_verdict
 from perfwatch.contract.verdicts import (
     CONFIRMED,
     DETECTED,
@@ -445,3 +446,11 @@ def test_incident_verdicts_are_deterministic_and_valid() -> None:
     again = build(dict(reversed(two.items())), ["b" * 32], datetime(2030, 1, 1, tzinfo=UTC))
     assert again["verdict_id"] == second["verdict_id"] != first["verdict_id"]
     assert is_alert(first) and is_alert(second)
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/records.md"])
+def test_every_verdict_kind_is_documented_for_consumers(document: str) -> None:
+    """A consumer reads the kinds it may receive in the README and the record reference."""
+    kinds = load_schema("verdict")["properties"]["kind"]["enum"]
+    text = (Path(__file__).parents[2] / document).read_text(encoding="utf-8")
+    assert [kind for kind in kinds if f"`{kind}`" not in text] == []

@@ -16,7 +16,7 @@ import click
 import orjson
 
 from perfwatch.cli.errors import InputError
-from perfwatch.cli.options import output_format_option
+from perfwatch.cli.options import FiniteFloatRange, output_format_option
 from perfwatch.readers.errors import SourceError, read_source
 
 # The readers (numpy), the record module and the detector are imported where they are
@@ -70,16 +70,20 @@ class SeriesResult:
 @click.option(
     "-P",
     "--max-pvalue",
-    type=click.FloatRange(0, 1),
+    type=FiniteFloatRange(0, 1),
     help="Report change points with a p-value up to this (default 0.001).",
 )
 @click.option(
     "-M",
     "--min-magnitude",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     help="Report change points whose relative change of mean is at least this (default 0).",
 )
-@click.option("--window", type=click.IntRange(min=2), help="E-Divisive window length (default 50).")
+@click.option(
+    "--window",
+    type=click.IntRange(min=2, max=sys.maxsize),
+    help="E-Divisive window length (default 50).",
+)
 @click.option(
     "--compat",
     type=click.Choice(["otava"]),

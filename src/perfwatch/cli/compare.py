@@ -14,7 +14,7 @@ import click
 import orjson
 
 from perfwatch.cli.errors import EXIT_FOUND, EXIT_OK, InputError
-from perfwatch.cli.options import output_format_option
+from perfwatch.cli.options import FiniteFloatRange, output_format_option
 from perfwatch.readers.errors import SourceError
 
 # The check (statsmodels, scipy, scikit-learn) is imported when it runs, not for --help.
@@ -59,7 +59,7 @@ class _GreedyCommand(click.Command):
 @click.option("--target", "target_file", required=True, metavar="FILE", help="The run to check.")
 @click.option(
     "--alpha",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
     default=None,
     help="False-alarm rate of the default rule, which judges each model's error against "
     "its errors on the baseline runs, each left out in turn [0.01].",
@@ -72,7 +72,7 @@ class _GreedyCommand(click.Command):
 )
 @click.option(
     "--threshold",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=None,
     help="Flag a cluster whose excess prediction error exceeds this fraction [0.3] "
     "(the paper's rule, instead of the p-value).",
@@ -88,7 +88,7 @@ class _GreedyCommand(click.Command):
 @output_format_option()
 @click.option(
     "--redundancy-r2",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
     help="Redundancy analysis threshold [0.9].",
 )
 @click.option(

@@ -11,6 +11,7 @@ import click
 from perfwatch._optional import require
 from perfwatch.cli.errors import InputError, ServiceUnavailable, check_port_free
 from perfwatch.cli.options import (
+    FiniteFloatRange,
     broker_options,
     load_command_config,
     log_level_option,
@@ -42,7 +43,7 @@ DASHBOARD_MODULES = ("starlette", "uvicorn", "jinja2", "plotly")
 @click.option(
     "--poll-interval",
     default=2.0,
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloatRange(min=0.1),
     help="Seconds between reads of the store's new verdicts (30 at least while the "
     "verdicts topic is followed).",
 )

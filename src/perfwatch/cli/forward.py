@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import click
 
@@ -19,6 +20,7 @@ from perfwatch.adapters.webhook import (
 )
 from perfwatch.cli.broker import connected_client
 from perfwatch.cli.errors import InputError
+from perfwatch.cli.options import FiniteFloatRange
 from perfwatch.cli.watch import VerdictSource, verdict_source_options
 
 if TYPE_CHECKING:
@@ -50,21 +52,21 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--backoff",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=1.0,
     show_default=True,
     help="Seconds before the first retry; doubled for each next one.",
 )
 @click.option(
     "--max-backoff",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=60.0,
     show_default=True,
     help="Longest wait in seconds between two tries.",
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloatRange(min=0.1),
     default=10.0,
     show_default=True,
     help="Seconds to wait for the webhook's answer to one try.",
@@ -83,7 +85,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--group-wait",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=30.0,
     show_default=True,
     help="Seconds an incident's first message waits, collecting its updates, before one "
@@ -91,7 +93,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--group-interval",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=300.0,
     show_default=True,
     help="Seconds between two messages of one incident: later changes are batched, and "
@@ -112,7 +114,7 @@ def forward(
     group_wait: float,
     group_interval: float,
 ) -> None:
-    """POST each verdict to --webhook, in order, retrying with exponential back-off.
+    """POST verdicts to --webhook, in order, retrying with exponential back-off.
 
     By default only what alerting acts on: incidents (the confirmed change
     points of all series at a commit), confirmed change points without a commit,
@@ -131,6 +133,9 @@ def forward(
     reason in their properties. A forwarder stopped while it holds a group gets
     its verdicts again when restarted.
     """
+    if not _is_http_url(webhook):
+        # found now rather than when every verdict has been dead-lettered by it
+        raise InputError("--webhook: not an http:// or https:// URL with a host name")
     try:
         check_template(template)
     except TemplateError as error:
@@ -183,6 +188,15 @@ def forward(
         "into incident messages",
         err=True,
     )
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:  # an unbalanced bracket or a bad port
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _first_messages(

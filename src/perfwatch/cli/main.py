@@ -45,7 +45,7 @@ COMMANDS: dict[str, CommandEntry] = {
     ),
     "forward": CommandEntry(
         "perfwatch.cli.forward:forward",
-        "POST every verdict to a webhook, in order, with retries.",
+        "POST alerts to a webhook, in order, with retries.",
     ),
     "profile": CommandEntry(
         "perfwatch.cli.profile:profile",

@@ -8,6 +8,7 @@ the environment.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
@@ -37,6 +38,17 @@ def output_format_option(help: str | None = None) -> Decorator:
         show_default=True,
         help=help or "text: a report for people; json: one document for programs.",
     )
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange refusing NaN and the infinities: NaN passes every bound check,
+    and an infinite time-out or threshold is no setting anyone means."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def config_option(command: Callable[..., Any]) -> Any:
@@ -72,7 +84,7 @@ def _click_type(info: FieldInfo) -> click.ParamType | None:
             bounds.update(max=constraint.le)
     if annotation is int:
         return click.IntRange(**bounds) if bounds else click.INT
-    return click.FloatRange(**bounds) if bounds else click.FLOAT
+    return FiniteFloatRange(**bounds)
 
 
 def _shown_default(key: str, info: FieldInfo) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -11,15 +12,20 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from perfwatch.cli.errors import EXIT_FOUND, EXIT_INTERRUPTED, InputError
-from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
+from perfwatch.cli.errors import EXIT_FOUND, InputError
+from perfwatch.cli.options import (
+    FiniteFloatRange,
+    broker_options,
+    load_command_config,
+    records_topic_option,
+)
 from perfwatch.cli.publish import parse_attributes
 from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.profiler.alternate import (
     AlternationError,
-    Interrupted,
     Version,
     profile_alternately,
+    pytest_exit,
 )
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import (
@@ -30,9 +36,6 @@ from perfwatch.readers.input_profile import (
 
 if TYPE_CHECKING:
     from perfwatch.config import Config
-
-# pytest's exit status when the run was interrupted (Ctrl-C reaches pytest too).
-PYTEST_INTERRUPTED = 2
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -53,7 +56,7 @@ PYTEST_INTERRUPTED = 2
 )
 @click.option(
     "--min-pass-ms",
-    type=click.FloatRange(min=0, max=60_000),
+    type=FiniteFloatRange(min=0, max=60_000),
     default=0.0,
     show_default=True,
     help="Call a short test several times per timing pass (1, 2, 5, 10, ...), so that a "
@@ -110,7 +113,7 @@ PYTEST_INTERRUPTED = 2
 )
 @click.option(
     "--precision",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=5.0,
     show_default=True,
     metavar="PERCENT",
@@ -180,6 +183,7 @@ def profile(
     """
     if reference is not None and not publish:
         raise click.UsageError("--reference is sent with the record: it needs --publish")
+    _check_pytest()
     config = None
     if publish:  # bad settings are found before the suite runs, not after
         config = load_command_config(config_path)
@@ -234,13 +238,9 @@ def profile(
         command.append(f"--perfwatch-kind={kind}")
     started = datetime.now(UTC)
     status = subprocess.run(command, check=False).returncode
-    if status == PYTEST_INTERRUPTED:
-        raise SystemExit(EXIT_INTERRUPTED)
     written = output.exists() and datetime.fromtimestamp(output.stat().st_mtime, UTC) >= started
     if not written:
-        raise InputError(
-            f"pytest (exit status {status}) profiled no test; {output} was not written"
-        )
+        raise InputError(f"{pytest_exit(status)} and profiled no test; {output} was not written")
     profile_file = _read_profiles(output)
     if reference_file is not None and profile_file.kind != "update_sample":
         raise click.UsageError(f"--reference needs an update sample; {output} is a full suite")
@@ -253,6 +253,18 @@ def profile(
         _publish(record, branch, config)
     if status != 0:
         raise SystemExit(EXIT_FOUND)
+
+
+def _check_pytest() -> None:
+    """InputError unless pytest, which runs the tests with the profiler as its plugin, can be
+    imported by this interpreter (the new code's; the old code's may be another)."""
+    try:
+        importlib.import_module("pytest")
+    except ImportError:
+        raise InputError(
+            f"the tests run under pytest, which this environment ({sys.executable}) does not "
+            "have: pip install pytest"
+        ) from None
 
 
 def _alternate(
@@ -282,8 +294,6 @@ def _alternate(
             max_rounds=most,
             precision=None if most is None else precision,
         )
-    except Interrupted:
-        raise SystemExit(EXIT_INTERRUPTED) from None
     except AlternationError as error:
         raise InputError(str(error)) from None
     if not run.profiles["new"].profiles:

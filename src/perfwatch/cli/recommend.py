@@ -12,7 +12,7 @@ import orjson
 
 from perfwatch._optional import require
 from perfwatch.cli.errors import InputError
-from perfwatch.cli.options import output_format_option
+from perfwatch.cli.options import FiniteFloatRange, output_format_option
 from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.input_attributes import (
     ATTRIBUTES,
@@ -79,7 +79,7 @@ class Share(click.ParamType):
 )
 @click.option(
     "--eps",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     help="DBSCAN radius [default: knee of the sorted k-distances].",
 )
 @click.option(
@@ -129,7 +129,7 @@ class Share(click.ParamType):
 )
 @click.option(
     "--confidence",
-    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    type=FiniteFloatRange(min=0, max=1, min_open=True, max_open=True),
     default=0.95,
     show_default=True,
     help="Confidence of each input's interval of its paired change.",
@@ -218,6 +218,8 @@ def recommend(
         sample_inputs,
     )
 
+    if reference is not None and update is None:
+        raise click.UsageError("--reference is the old code's side of --update: give --update too")
     baseline_file = _read(baseline)
     chosen = tuple(name.strip() for name in attributes.split(",") if name.strip())
     try:

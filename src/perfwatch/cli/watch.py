@@ -23,6 +23,7 @@ from perfwatch.adapters.verdict_feed import (
 )
 from perfwatch.cli.broker import connected_client
 from perfwatch.cli.options import (
+    FiniteFloatRange,
     broker_options,
     load_command_config,
     output_format_option,
@@ -135,7 +136,7 @@ def _with_source_options(command: Callable[..., Any], *, alerts_only: bool) -> C
         click.option("--limit", type=click.IntRange(min=1), help="Stop after N verdicts."),
         click.option(
             "--idle-timeout",
-            type=click.FloatRange(min=0),
+            type=FiniteFloatRange(min=0),
             help="Stop after this many seconds without a message.",
         ),
     ]

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 RECORD_SCHEMA = "perfwatch.record/v1"
 VERDICT_SCHEMA = "perfwatch.verdict/v1"
 MAX_COUNTER_CELLS = 1_000_000
+# The schema's bound on metric values: the change-point analysis squares their differences.
+MAX_METRIC_MAGNITUDE = 1e150
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LONGEST_MESSAGE = 200
@@ -149,7 +151,13 @@ def _all_problems(
         problems.extend(non_finite_numbers(doc, ()))
     if name == "record":
         doc_for_schema, rest = _cut_counter_arrays(doc, ("values",))
-        problems.extend(_schema_problems(_validator(name), doc_for_schema))
+        # a number beyond the float range is said to be so, not also beyond the metrics' bound
+        beyond_floats = {p.path for p in problems if p.kind is ErrorKind.NON_FINITE}
+        problems.extend(
+            p
+            for p in _schema_problems(_validator(name), doc_for_schema)
+            if p.path not in beyond_floats
+        )
         problems.extend(_counter_row_problems(rest.get("values", [])))
     else:
         problems.extend(_schema_problems(_validator(name), doc))
@@ -482,6 +490,15 @@ def _describe(error: ValidationError) -> str:
             return f"has {len(instance)} {unit}; {bound} {expected} expected"
         case "uniqueItems":
             return "contains duplicate items"
+        case "minimum" | "maximum" if list(error.absolute_path)[:1] == ["metrics"]:
+            try:
+                shown = repr(instance) if isinstance(instance, float) else f"{instance:.6g}"
+            except OverflowError:  # an integer beyond the range of a float
+                shown = f"an integer of {instance.bit_length()} bits"
+            return (
+                f"{shown} is beyond {abs(expected):g} in magnitude, the most the change-point "
+                "analysis takes: rescale the metric (a larger unit)"
+            )
     message = error.message
     return message if len(message) <= _LONGEST_MESSAGE else message[: _LONGEST_MESSAGE - 3] + "..."
 

@@ -38,6 +38,7 @@ with cumulative sums in a compiled (Cython) kernel; memory is O(n + min(w, n)^2)
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple, cast
@@ -150,6 +151,8 @@ class EDivisiveParams:
             raise ValueError(f"window_len must be an integer, got {self.window_len!r}")
         if self.window_len < 2:
             raise ValueError(f"window_len must be at least 2, got {self.window_len}")
+        if self.window_len > sys.maxsize:  # the kernels index with Py_ssize_t
+            raise ValueError(f"window_len must be at most {sys.maxsize}, got {self.window_len}")
         for name in ("max_pvalue", "min_magnitude", "noise_floor", "trim"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float | np.floating | np.integer):

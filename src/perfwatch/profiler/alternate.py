@@ -19,6 +19,7 @@ The passes are merged in round order, which is what pairs them in
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -32,8 +33,20 @@ from perfwatch.profiler.core import needs_more_timing
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
-# pytest's exit status when interrupted (Ctrl-C)
-PYTEST_INTERRUPTED = 2
+# What pytest's exit statuses above 1 (some test failed) mean; Ctrl-C reaches perfwatch
+# too, which then stops as interrupted, so a 2 seen here is mostly a collection error.
+PYTEST_STATUSES = {
+    2: "errors while collecting the tests, or interrupted",
+    3: "an internal error",
+    4: "a usage error in the pytest arguments",
+    5: "no test was collected",
+}
+
+
+def pytest_exit(status: int) -> str:
+    """``pytest exited with status 2 (errors while collecting the tests, ...)``."""
+    meaning = PYTEST_STATUSES.get(status)
+    return f"pytest exited with status {status}" + (f" ({meaning})" if meaning else "")
 
 
 @dataclass(frozen=True)
@@ -70,10 +83,6 @@ class AlternateRun:
 
 class AlternationError(Exception):
     """A round profiled nothing: pytest could not run the suite on a version."""
-
-
-class Interrupted(Exception):
-    """pytest was interrupted (Ctrl-C)."""
 
 
 def profile_alternately(
@@ -277,8 +286,6 @@ class _PytestRounds:
             *(["--perfwatch-timing-only"] if number > 0 else []),
         ]
         statuses = _round_in_turns(order, self.pytest_args, options, outputs)
-        if PYTEST_INTERRUPTED in statuses.values():
-            raise Interrupted
         profiled = {}
         for version in self.versions:
             status = statuses[version.name]
@@ -286,10 +293,12 @@ class _PytestRounds:
             try:
                 profiled[version.name] = read_input_profile(outputs[version.name])
             except SourceError as error:
+                # its output went nowhere (the rounds are quiet): say how to see it
+                rerun = shlex.join([version.python, "-m", "pytest", *self.pytest_args])
                 raise AlternationError(
                     f"round {number + 1} on the {version.name} code "
-                    f"({version.directory}): pytest exited with status {status} and "
-                    f"profiled nothing ({error})"
+                    f"({version.directory}): {pytest_exit(status)} and profiled nothing "
+                    f"({error}); `{rerun}` there shows why"
                 ) from None
         return profiled
 
@@ -364,8 +373,11 @@ def _round_in_turns(
                     waiting.remove(turn)
             waiting.reverse()  # old-new, new-old, ...: no version always runs second
     finally:
-        # closing the pipes releases a plugin still waiting (it then stops profiling)
+        # closing the pipes releases a plugin still waiting (it then stops profiling); the
+        # processes are waited for also on Ctrl-C, so that none writes its profile into the
+        # scratch directory after it is gone
         for turn in turns.values():
             turn.go.close()
             turn.ready.close()
-    return {name: turn.process.wait() for name, turn in turns.items()}
+        statuses = {name: turn.process.wait() for name, turn in turns.items()}
+    return statuses

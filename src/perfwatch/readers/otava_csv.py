@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfwatch.contract.validation import MAX_METRIC_MAGNITUDE
 from perfwatch.readers.errors import SourceError, read_source
 from perfwatch.readers.series import MetricSeries
 
@@ -347,7 +348,8 @@ def _metric_values(
         values: np.ndarray | None = np.fromiter(map(float, cells), np.float64, len(cells))
     except ValueError:
         values = None  # an empty or bad cell: the cell-by-cell pass below finds which
-    if values is not None and np.isfinite(values).all():
+    # within the bound, hence finite (NaN compares false)
+    if values is not None and (np.abs(values) <= MAX_METRIC_MAGNITUDE).all():
         return (values if order is None else values[np.asarray(order, dtype=np.intp)]), None
     rows = range(len(cells)) if order is None else order
     present: list[int] = []
@@ -374,6 +376,14 @@ def _parse_number(text: str, line: int, column: int, name: str, source: str) -> 
         raise SourceError(
             source,
             f"non-finite value {text!r} in metric column {name!r}",
+            line=line,
+            column=column,
+        )
+    if abs(number) > MAX_METRIC_MAGNITUDE:
+        raise SourceError(
+            source,
+            f"value {number:.6g} in metric column {name!r} is beyond {MAX_METRIC_MAGNITUDE:g} in "
+            "magnitude, the most the change-point analysis takes: rescale the metric",
             line=line,
             column=column,
         )

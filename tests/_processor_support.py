@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -277,6 +278,58 @@ def read_all(client: pulsar.Client, topic: str, idle_ms: int = 1500) -> list[pul
         consumer.close()
 
 
+def read_in_order(client: pulsar.Client, topic: str) -> list[pulsar.Message]:
+    """Every message kept on a topic, in the order the broker stored them.
+
+    A reader from the earliest message to the last one the broker reports: no
+    quiet spell ends it early, no redelivery reorders it, and it leaves no
+    cursor that would itself hold messages back."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    messages = []
+    try:
+        while reader.has_message_available():
+            messages.append(reader.read_next(timeout_millis=30_000))
+    finally:
+        reader.close()
+    return messages
+
+
+def check_verdicts_on_topic(store: StateStore, messages: Sequence[pulsar.Message]) -> None:
+    """The verdicts topic holds every verdict the store committed, none twice and
+    none it did not commit, each processor name's in the order it committed them.
+
+    `messages`: the topic in its order (`read_in_order`); messages without a
+    verdict_id property (probes) are passed over."""
+    on_topic = [
+        (message.producer_name(), message.properties()["verdict_id"])
+        for message in messages
+        if "verdict_id" in message.properties()
+    ]
+    repeated = sorted(v for v, n in Counter(v for _, v in on_topic).items() if n > 1)
+    assert not repeated, f"verdict ids on the topic more than once: {repeated}"
+    committed = list(store.verdicts())  # oldest first
+    described = {
+        e.verdict_id: f"{e.kind} of {e.series_key or e.partition_key} ({e.verdict_id}, "
+        f"outbox number {e.seq} of {e.owner})"
+        for e in committed
+    }
+    published = {verdict_id for _, verdict_id in on_topic}
+    missing = [described[e.verdict_id] for e in committed if e.verdict_id not in published]
+    assert not missing, "committed verdicts missing from the topic:\n" + "\n".join(missing)
+    unknown = [verdict_id for _, verdict_id in on_topic if verdict_id not in described]
+    assert not unknown, f"verdicts on the topic that the store never committed: {unknown}"
+    for owner in sorted({e.owner for e in committed}):
+        in_commit_order = [e.verdict_id for e in committed if e.owner == owner]
+        in_topic_order = [v for producer, v in on_topic if producer == owner]
+        assert sorted(in_topic_order) == sorted(in_commit_order), f"{owner}: sent by another"
+        pairs = zip(in_commit_order, in_topic_order, strict=True)
+        for position, (expected, found) in enumerate(pairs):
+            assert found == expected, (
+                f"{owner}'s verdicts reached the topic out of commit order: at position "
+                f"{position}, {described[found]} before {described[expected]}"
+            )
+
+
 def verdict_documents(client: pulsar.Client, topic: str) -> list[dict[str, Any]]:
     """The verdicts on `topic`: the processor sends each with its verdict_id property."""
     return [
@@ -294,7 +347,12 @@ def beliefs_from_verdicts(documents: Sequence[dict[str, Any]]) -> dict[SeriesKey
         key = SeriesKey.of(series["test"], series["metric"], series["attributes"])
         runs = beliefs.setdefault(key, set())
         if "previous" in document:
-            runs.remove(document["previous"]["run_id"])
+            previous = document["previous"]["run_id"]
+            assert previous in runs, (
+                f"{document['kind']} {document['verdict_id']} of {key.canonical} follows no "
+                f"published change point at {previous}"
+            )
+            runs.remove(previous)
         if "change_point" in document:
             runs.add(document["change_point"]["run_id"])
     return beliefs

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
-import pulsar
 import pytest
 from click.testing import CliRunner
 
@@ -26,6 +25,7 @@ from _processor_support import (
     history,
     processor_config,
     publish,
+    read_in_order,
     running_processor,
     stored_points,
     unique_topics,
@@ -117,20 +117,6 @@ def test_a_frozen_broker_with_verdicts_in_flight_stops_no_processor(
     assert expected and without_empty(beliefs_from_verdicts(documents)) == expected
 
 
-def count_on_topic(client: pulsar.Client, topic: str) -> int:
-    """Messages a reader finds from the earliest kept (a reader leaves no cursor that
-    would itself hold messages back)."""
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    count = 0
-    try:
-        while reader.has_message_available():
-            reader.read_next(timeout_millis=10_000)
-            count += 1
-    finally:
-        reader.close()
-    return count
-
-
 def test_retention_keeps_verdicts_and_dead_letters_the_broker_would_delete(
     broker: BrokerHandle, unique_topic: Callable[[str], str]
 ) -> None:
@@ -171,12 +157,12 @@ def test_retention_keeps_verdicts_and_dead_letters_the_broker_would_delete(
             producer.send(b"second" if topic == control else payload)
             producer.close()
         wait_until(
-            lambda: count_on_topic(client, control) < 2,
+            lambda: len(read_in_order(client, control)) < 2,
             20 * RETENTION_CHECK_S + 30,
             "the retention check to delete the control topic's first ledger",
         )
-        assert count_on_topic(client, topics.dead_letter) == 2
-        assert count_on_topic(client, topics.verdicts) == 2
+        assert len(read_in_order(client, topics.dead_letter)) == 2
+        assert len(read_in_order(client, topics.verdicts)) == 2
     finally:
         client.close()
 

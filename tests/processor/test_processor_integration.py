@@ -2,20 +2,23 @@
 
 Each test publishes a stream, disturbs the processing, lets it finish, and then
 checks the same three things: every record is in its series exactly once, the
-change points equal a batch analysis of the final series, and the verdicts on
-the topic are free of duplicate ids and, replayed in order, arrive at the same
-change points.
+change points equal a batch analysis of the final series, and the verdicts
+topic holds every verdict the store committed, once each and in the order each
+processor committed them, which replayed arrive at the same change points.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import orjson
 import pulsar
 import pytest
 
@@ -23,11 +26,13 @@ from _processor_support import (
     ServeProcess,
     batch_beliefs,
     beliefs_from_verdicts,
+    check_verdicts_on_topic,
     free_port,
     fresh_postgres_schema,
     history,
     processor_config,
     publish,
+    read_in_order,
     running_processor,
     settled,
     stored_beliefs,
@@ -37,10 +42,11 @@ from _processor_support import (
     wait_until,
     without_empty,
 )
-from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication
+from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication, prepare_topics
 from perfwatch.brokers import open_broker
 from perfwatch.brokers.admin import admin_request
 from perfwatch.brokers.handle import BrokerHandle, make_client
+from perfwatch.config import TopicsConfig
 from perfwatch.state import StateStore, open_store
 
 TIMEOUT = 300.0
@@ -62,11 +68,11 @@ def check_outcome(
     assert without_empty(stored_beliefs(store)) == expected
     client = make_client(broker)
     try:
-        documents = verdict_documents(client, verdicts_topic)
+        messages = read_in_order(client, verdicts_topic)
     finally:
         client.close()
-    ids = [document["verdict_id"] for document in documents]
-    assert len(ids) == len(set(ids)), "a verdict id was published twice"
+    check_verdicts_on_topic(store, messages)
+    documents = [orjson.loads(m.data()) for m in messages if "verdict_id" in m.properties()]
     assert without_empty(beliefs_from_verdicts(documents)) == expected
 
 
@@ -143,10 +149,22 @@ def test_kill_9_mid_stream_then_restart(
     assert serve.log().count("processor started") == 3
 
 
+# The broker's clean-up within seconds instead of minutes, so that it happens in
+# every run: a deduplication snapshot moves the verdicts topic's only cursor past
+# the ledger the restart closed, and the retention check deletes such a ledger
+# unless the topic's retention keeps it.
+PROMPT_CLEAN_UP = {
+    "brokerDeduplicationSnapshotFrequencyInSeconds": "1",
+    "brokerDeduplicationSnapshotIntervalSeconds": "1",
+    "retentionCheckIntervalInSeconds": "2",
+}
+
+
 def test_broker_restart_mid_stream(
     pulsar_jars: Path, tmp_path: Path, unique_topic: Callable[[str], str]
 ) -> None:
-    """The standalone is killed and started again on the same data folder and ports."""
+    """The standalone is killed with verdicts in flight and started again on the same
+    data folder and ports; the rest of the stream is published after the restart."""
     from perfwatch.brokers.standalone import PulsarStandalone
 
     topics = unique_topics(unique_topic)
@@ -154,19 +172,35 @@ def test_broker_restart_mid_stream(
     total = sum(len(values) for values in series.values())
     half = len(messages) // 2
     with (
-        PulsarStandalone(lib_dir=pulsar_jars, data_dir=tmp_path / "pulsar") as standalone,
+        PulsarStandalone(
+            lib_dir=pulsar_jars, data_dir=tmp_path / "pulsar", config_overrides=PROMPT_CLEAN_UP
+        ) as standalone,
         open_store(f"sqlite:///{tmp_path / 'state.db'}") as store,
     ):
         broker = BrokerHandle(standalone.service_url, standalone.admin_url, "standalone")
         client = make_client(broker)
         try:
-            # As `perfwatch serve` does: without it a verdict whose receipt the
-            # killed broker never sent is stored twice when the client re-sends it.
-            turn_on_deduplication(client, standalone.admin_url, topics["verdicts"])
+            # Without deduplication a verdict whose receipt the killed broker never
+            # sent is stored twice when the client re-sends it; without retention the
+            # broker deletes the ledger it closed on restarting, verdicts and all, once
+            # no cursor holds it.
+            prepare_topics_as_serve_does(client, standalone.admin_url, topics)
             config = processor_config(store.url, topics)
             with running_processor(config, store, client, broker) as runner:
                 publish(client, topics["records"], messages[:half])
-                runner.wait_until(lambda: stored_points(store) >= 0.2 * total, "progress", TIMEOUT)
+                runner.wait_until(
+                    lambda: any(v.published_at for v in store.verdicts()), "a verdict", TIMEOUT
+                )
+                # Frozen, the broker confirms none of the verdicts the processor goes on
+                # committing from the records it has prefetched: they are in flight when
+                # it is killed.
+                assert standalone.pid is not None
+                os.kill(standalone.pid, signal.SIGSTOP)
+                try:
+                    runner.wait_until(lambda: bool(store.unpublished()), "verdicts in flight")
+                except BaseException:
+                    os.kill(standalone.pid, signal.SIGCONT)
+                    raise
                 standalone.restart(kill=True)
                 publish(client, topics["records"], messages[half:])
                 runner.wait_until(lambda: stored_points(store) == total, "all records", TIMEOUT)
@@ -245,19 +279,35 @@ def _publish_with_own_client(broker: BrokerHandle, topic: str, messages: list) -
         client.close()
 
 
-def turn_on_deduplication(client: pulsar.Client, admin_url: str, topic: str) -> None:
-    """Deduplication on `topic`, as `perfwatch serve` turns it on, once the broker applies it."""
-    client.create_producer(topic).close()
-    assert enable_verdict_deduplication(admin_url, topic)
-    status, body = admin_request(
-        admin_url, "GET", "/admin/v2/" + topic.replace("://", "/", 1) + "/deduplicationEnabled"
-    )
-    assert (status, body.strip()) == (200, b"true")
+def applied(admin_url: str, topic: str, policy: str) -> object:
+    """The topic's policy as the broker applies it (its own or the namespace's)."""
+    path = "/admin/v2/" + topic.replace("://", "/", 1) + f"/{policy}?applied=true"
+    status, body = admin_request(admin_url, "GET", path)
+    assert status == 200, (path, status, body)
+    return orjson.loads(body)
+
+
+def prepare_topics_as_serve_does(
+    client: pulsar.Client, admin_url: str, topics: dict[str, str]
+) -> None:
+    """The policies `perfwatch serve` sets at start, once the broker applies them:
+    retention on the verdicts and dead-letter topics, deduplication on the verdicts."""
+    config = TopicsConfig(**topics)
+    client.create_producer(config.verdicts).close()
+    prepare_topics(admin_url, config)
+    wanted = {
+        "retentionTimeInMinutes": config.retention_minutes,
+        "retentionSizeInMB": config.retention_mb,
+    }
+    for topic in (config.verdicts, config.dead_letter):
+        wait_until(lambda t=topic: applied(admin_url, t, "retention") == wanted, 60, "retention")
+    assert applied(admin_url, config.verdicts, "deduplicationEnabled") is True
 
     # The topic policy reaches the broker's topic asynchronously. The probes
     # carry no verdict_id property, so readers of verdicts pass over them.
     def resend_is_dropped() -> bool:
-        producer = client.create_producer(topic, producer_name=f"probe-{uuid.uuid4().hex}")
+        name = f"probe-{uuid.uuid4().hex}"
+        producer = client.create_producer(config.verdicts, producer_name=name)
         try:
             producer.send(b"first", sequence_id=1)
             return producer.send(b"again", sequence_id=1).ledger_id() < 0
@@ -274,7 +324,7 @@ def test_verdict_topic_deduplicates_resent_verdicts(
         pytest.skip("the test broker was given without its admin URL")
     client = make_client(pulsar_broker)
     try:
-        turn_on_deduplication(client, pulsar_broker.admin_url, unique_topic("verdicts"))
+        prepare_topics_as_serve_does(client, pulsar_broker.admin_url, unique_topics(unique_topic))
     finally:
         client.close()
 

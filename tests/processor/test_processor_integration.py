@@ -185,6 +185,9 @@ def test_broker_restart_mid_stream(
             # broker deletes the ledger it closed on restarting, verdicts and all, once
             # no cursor holds it.
             prepare_topics_as_serve_does(client, standalone.admin_url, topics)
+            # and, as docs/deploy.md asks, on the namespace: a topic policy reaches the
+            # topic only some time after the restarted broker loads it
+            set_namespace_retention(standalone.admin_url, topics["verdicts"])
             config = processor_config(store.url, topics)
             with running_processor(config, store, client, broker) as runner:
                 publish(client, topics["records"], messages[:half])
@@ -285,6 +288,24 @@ def applied(admin_url: str, topic: str, policy: str) -> object:
     status, body = admin_request(admin_url, "GET", path)
     assert status == 200, (path, status, body)
     return orjson.loads(body)
+
+
+def set_namespace_retention(admin_url: str, topic: str) -> None:
+    """The retention `perfwatch serve` gives the topic, on the topic's namespace."""
+    namespace = "/".join(topic.removeprefix("persistent://").split("/")[:2])
+    config = TopicsConfig()
+    wanted = {
+        "retentionTimeInMinutes": config.retention_minutes,
+        "retentionSizeInMB": config.retention_mb,
+    }
+    path = f"/admin/v2/namespaces/{namespace}/retention"
+    status, answer = admin_request(admin_url, "POST", path, body=wanted)
+    assert status in (200, 204), answer
+    wait_until(
+        lambda: orjson.loads(admin_request(admin_url, "GET", path)[1]) == wanted,
+        60,
+        "the namespace's retention",
+    )
 
 
 def prepare_topics_as_serve_does(

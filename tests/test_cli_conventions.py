@@ -127,6 +127,19 @@ def test_bad_input_is_exit_status_2_with_the_command_named(command: str, tmp_pat
     assert "Traceback" not in result.stderr
 
 
+def test_a_misspelt_variable_is_one_warning_naming_the_nearest_setting(
+    record_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERFWATCH_BROKR_URL", CLOSED_PORT_URL)
+    monkeypatch.setenv("PERFWATCH_TEST_ANYTHING", "1")  # the tests' own: no warning
+    result = _invoke("publish", "--dry-run", str(record_file))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        "perfwatch publish: warning: PERFWATCH_BROKR_URL is not a perfwatch setting and is "
+        "ignored; did you mean PERFWATCH_BROKER_URL?\n"
+    )
+
+
 def test_no_number_option_takes_nan_or_an_infinity() -> None:
     """NaN passes every bound check, and an infinite threshold or time-out means nothing."""
     numeric = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -12,9 +13,15 @@ from perfwatch.config import (
     Config,
     ConfigError,
     load_config,
+    setting_keys,
+    setting_variable,
+    unknown_variables,
 )
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "perfwatch.example.toml"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "perfwatch.example.toml"
+# A whole variable name, not the start of a pattern such as PERFWATCH_PG_*.
+VARIABLE = re.compile(r"PERFWATCH_[A-Z_]*[A-Z](?![A-Z_*])")
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -180,6 +187,42 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: st
 def test_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^PERFWATCH_CONSUMER_MAX_REDELIVERIES=lots: must be"):
         load_config(write(tmp_path, ""), env={"PERFWATCH_CONSUMER_MAX_REDELIVERIES": "lots"})
+
+
+def test_unknown_variables_are_named_with_the_nearest_known_one() -> None:
+    env = {
+        "PERFWATCH_BROKR_URL": "pulsar://x:6650",
+        "PERFWATCH_STORE_URL": "sqlite:///x.db",
+        "PERFWATCH_CONFG": "x.toml",
+        "PERFWATCH_NOTHING_LIKE_IT": "1",
+        "PERFWATCH_TEST_POSTGRES_URL": "postgresql://x",
+        "PERFWATCH_PG_PORT": "25432",
+        "PERFWATCHER": "1",
+        "HYPOTHESIS_PROFILE": "ci",
+    }
+    assert unknown_variables(env) == [
+        ("PERFWATCH_BROKR_URL", "PERFWATCH_BROKER_URL"),
+        ("PERFWATCH_CONFG", "PERFWATCH_CONFIG"),
+        ("PERFWATCH_NOTHING_LIKE_IT", None),
+    ]
+
+
+def test_no_variable_the_project_itself_uses_is_unknown() -> None:
+    used = {setting_variable(key) for key in setting_keys()}
+    for folder in ("src", "scripts", ".ci", "tests", "deploy", "docs", "benchmarks", "examples"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and path.suffix not in {".pyc", ".so", ".c"}:
+                used |= set(VARIABLE.findall(path.read_text(errors="ignore")))
+    for path in (ROOT / "README.md", ROOT / "docker-compose.yml", ROOT / "Dockerfile"):
+        used |= set(VARIABLE.findall(path.read_text()))
+    # The placeholder of the naming rule and the unknown names these tests warn about.
+    placeholders = {
+        "PERFWATCH_SECTION_KEY",
+        "PERFWATCH_BROKR_URL",
+        "PERFWATCH_CONFG",
+        "PERFWATCH_NOTHING_LIKE_IT",
+    }
+    assert unknown_variables(dict.fromkeys(used - placeholders, "")) == []
 
 
 def test_unknown_flag_setting_is_rejected(tmp_path: Path) -> None:

@@ -50,6 +50,19 @@ CounterDecision = Literal["pvalue", "threshold"]
 CONFIG_ENV_VAR = "PERFWATCH_CONFIG"
 DEFAULT_CONFIG_FILE = "perfwatch.toml"
 ENV_PREFIX = "PERFWATCH_"
+# PERFWATCH_ variables that are not settings: the file's path, the Pulsar jars' cache, the
+# database password the deployments build the store URL from, and the Otava comparison's.
+OTHER_VARIABLES = frozenset(
+    {
+        CONFIG_ENV_VAR,
+        "PERFWATCH_PULSAR_HOME",
+        "PERFWATCH_DB_PASSWORD",
+        "PERFWATCH_OTAVA_BIN",
+        "PERFWATCH_OTAVA_PYTHON",
+    }
+)
+# Prefixes of the test suite's and the PostgreSQL start script's variables.
+OTHER_PREFIXES = ("PERFWATCH_TEST_", "PERFWATCH_PG_")
 
 
 class ConfigError(ValueError):
@@ -442,6 +455,28 @@ def unset_meaning(info: FieldInfo) -> str | None:
 # --- the layers -------------------------------------------------------------------------------
 
 
+def setting_variable(key: str) -> str:
+    """The environment variable of the setting "section.key": PERFWATCH_SECTION_KEY."""
+    return ENV_PREFIX + key.replace(".", "_").upper()
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """The `PERFWATCH_*` variables of `env` that perfwatch does not read, sorted, each with
+    the nearest variable it does read (None when none is close)."""
+    from difflib import get_close_matches
+
+    known = {setting_variable(key) for key in setting_keys()} | OTHER_VARIABLES
+    unknown = sorted(
+        name
+        for name in env
+        if name.startswith(ENV_PREFIX) and name not in known and not name.startswith(OTHER_PREFIXES)
+    )
+    return [
+        (name, next(iter(get_close_matches(name, sorted(known), n=1, cutoff=0.8)), None))
+        for name in unknown
+    ]
+
+
 def _environment_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
     """The `PERFWATCH_<SECTION>_<KEY>` variables of the declared settings, as raw strings,
     and the variable of each (section, key) found."""
@@ -449,7 +484,7 @@ def _environment_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[tup
     names: dict[tuple[str, str], str] = {}
     for key in setting_keys():
         section, _, name = key.partition(".")
-        variable = f"{ENV_PREFIX}{section}_{name}".upper()
+        variable = setting_variable(key)
         if variable in env:
             values.setdefault(section, {})[name] = env[variable]
             names[(section, name)] = variable

@@ -62,9 +62,27 @@ def test_dry_run_prints_valid_files_and_rejects_invalid_ones(tmp_path: Path) -> 
 
     assert result.exit_code == 2
     assert f"{bad}:2:1: $.metrics.latency: expected number or object" in result.stderr
-    assert f"{bad}: invalid; nothing from this file is sent" in result.stderr
+    assert result.stderr.endswith(
+        "perfwatch publish: error: 1 of 2 file(s) unreadable or invalid; "
+        "nothing from them was sent\n"
+    )
     # the valid file is printed exactly as the records it holds
     assert [orjson.loads(line) for line in _lines(result)] == [_record("a", 1), _record("a", 2)]
+
+
+def test_an_unreadable_file_is_one_line_then_the_count(tmp_path: Path) -> None:
+    good = _write_jsonl(tmp_path / "good.jsonl", [_record("a", 1)])
+    missing = tmp_path / "missing.json"
+
+    result = _publish("--dry-run", str(missing), str(good))
+
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"perfwatch publish: error: {missing}: no such file",
+        "perfwatch publish: error: 1 of 2 file(s) unreadable or invalid; "
+        "nothing from them was sent",
+    ]
+    assert [orjson.loads(line) for line in _lines(result)] == [_record("a", 1)]
 
 
 def test_invalid_completed_record_names_file_position_and_path(tmp_path: Path) -> None:

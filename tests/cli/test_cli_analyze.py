@@ -283,6 +283,23 @@ def test_bad_input_fails_with_location_and_no_output(
     assert fragment in result.stderr
 
 
+def test_a_column_starting_with_text_is_an_attribute_and_the_error_says_so(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("time,x,host\n2024-01-01,abc,a\n2024-01-02,2,a\n2024-01-03,3,a\n")
+    result = run(path)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert "a column starting with text is an attribute" in result.stderr
+    assert "--metrics NAME reads it as a metric" in result.stderr
+    # The way out the message names does name the cell.
+    named = run(path, "--metrics", "x")
+    assert named.exit_code == 2
+    assert named.stderr == (
+        f"perfwatch analyze: error: {path}:2:2: unparsable number 'abc' in metric column 'x'\n"
+    )
+
+
 def test_bad_record_line_is_located(tmp_path: Path) -> None:
     lines = NIGHTLY_JSONL.read_bytes().splitlines()
     lines[4] = lines[4].replace(b'"timestamp":"2024-01-05T02:00:00Z"', b'"timestamp":"5 Jan"')

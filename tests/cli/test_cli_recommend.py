@@ -215,6 +215,27 @@ def test_bad_input_is_named(files: dict[str, Path], args: list[str], message: st
     assert status == 2 and message in output
 
 
+NOT_PROFILE = "not a perfwatch input-profile JSON document"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"test,mean\nparse,1.5\n", f":1:1: {NOT_PROFILE}: not valid JSON"),
+        (b"\xff\xfe{\x00}\x00", f": {NOT_PROFILE}: not UTF-8 text (byte 0xff)"),
+    ],
+    ids=["csv", "utf-16"],
+)
+def test_a_file_that_is_no_profile_document_is_named(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "baseline.csv"
+    path.write_bytes(content)
+    result = CliRunner().invoke(main, ["recommend", "--baseline", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == f"perfwatch recommend: error: {path}{problem}\n"
+
+
 def test_profile_runs_the_suite_through_the_plugin(tmp_path: Path) -> None:
     output = tmp_path / "suite.json"
     environment = os.environ | {"CONFIG_SERVICE_INPUTS": "8"}
@@ -229,7 +250,9 @@ def test_profile_runs_the_suite_through_the_plugin(tmp_path: Path) -> None:
         env=environment, capture_output=True, text=True, check=False, cwd=tmp_path,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "8 input profiles (full_suite) written to" in completed.stderr
+    # Said once, by the plugin in pytest's summary, not again by the command.
+    assert (completed.stdout + completed.stderr).count("input profiles (full_suite) written") == 1
+    assert "8 input profiles (full_suite) written to" in completed.stdout
     profiles = read_input_profile(output).profiles
     assert len(profiles) == 8
     assert all(p.statements > 0 and p.size > 1000 for p in profiles)

@@ -87,6 +87,6 @@ def test_bad_counter_files_are_reported_and_not_sent(
     result = publish(*options, bad, good) if not file_format else publish(*options, bad)
     assert result.exit_code == 2
     assert message in result.stderr
-    assert "bad.csv: invalid; nothing from this file is sent" in result.stderr
+    assert "file(s) unreadable or invalid; nothing from them was sent" in result.stderr
     if not file_format:
         assert len(result.stdout.splitlines()) == 1  # the good file's record still goes

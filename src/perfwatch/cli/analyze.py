@@ -269,7 +269,12 @@ def _check_found(
     if missing:
         raise SourceError(where, f"no metric named {', '.join(map(repr, missing))}")
     if not series:
-        raise SourceError(where, "no metric series (no numeric column, no record metric)")
+        raise SourceError(
+            where,
+            "no metric series: no column's first non-empty cell is a number and no record "
+            "has a metric (a column starting with text is an attribute; --metrics NAME reads "
+            "it as a metric and names its first non-numeric cell)",
+        )
 
 
 def _prepared(

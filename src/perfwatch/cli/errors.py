@@ -65,12 +65,13 @@ class ServiceUnavailable(CommandError):
     exit_code = EXIT_SERVICE
 
 
-def report(message: str, command_path: str | None = None) -> None:
-    """``perfwatch CMD: error: MESSAGE`` on stderr (CMD: the command running now)."""
+def report(message: str, command_path: str | None = None, *, level: str = "error") -> None:
+    """``perfwatch CMD: error: MESSAGE`` on stderr (CMD: the command running now); `level`
+    "warning" for a problem the command goes on despite."""
     if command_path is None:
         context = click.get_current_context(silent=True)
         command_path = context.command_path if context is not None else PROGRAM
-    click.echo(f"{command_path}: error: {message}", err=True)
+    click.echo(f"{command_path}: {level}: {message}", err=True)
 
 
 def _command_path(error: BaseException) -> str:

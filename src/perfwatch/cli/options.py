@@ -9,6 +9,7 @@ the environment.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 import annotated_types
 import click
 
-from perfwatch.cli.errors import InputError
+from perfwatch.cli.errors import InputError, report
 from perfwatch.config import LOG_LEVELS as LOG_LEVELS
 from perfwatch.config import setting_field, unset_meaning
 
@@ -150,8 +151,12 @@ log_level_option = setting_option("observability.log_level", "--log-level")
 def load_command_config(config_path: Path | str | None) -> Config:
     """The configuration with the command's setting flags applied; a bad value is an InputError."""
     from perfwatch.cli.broker import append_to_stderr
-    from perfwatch.config import ConfigError, load_config
+    from perfwatch.config import ConfigError, load_config, unknown_variables
 
+    # A misspelt file section is an error; a misspelt variable is at least not silent.
+    for name, nearest in unknown_variables(os.environ):
+        hint = "" if nearest is None else f"; did you mean {nearest}?"
+        report(f"{name} is not a perfwatch setting and is ignored{hint}", level="warning")
     flags = click.get_current_context().meta.get(SETTINGS_META_KEY, {})
     try:
         config = load_config(

@@ -244,10 +244,6 @@ def profile(
     profile_file = _read_profiles(output)
     if reference_file is not None and profile_file.kind != "update_sample":
         raise click.UsageError(f"--reference needs an update sample; {output} is a full suite")
-    click.echo(
-        f"{len(profile_file.profiles)} input profiles ({profile_file.kind}) written to {output}",
-        err=True,
-    )
     if config is not None:
         record = profile_record(profile_file, test_id, reference_file)
         _publish(record, branch, config)

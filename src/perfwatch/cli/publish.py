@@ -158,9 +158,9 @@ def publish(
         except SourceError as error:
             prepared, problems = [], [str(error)]
         if problems:
+            # One line a problem; the closing count says that nothing of these files is sent.
             for problem in problems:
                 report(problem)
-            click.echo(f"{path}: invalid; nothing from this file is sent", err=True)
             rejected_files += 1
             continue
         if not prepared:
@@ -186,7 +186,8 @@ def publish(
         send_records(ready, config)
     if rejected_files:
         raise InputError(
-            f"{rejected_files} of {len(files)} file(s) invalid; nothing from them was sent"
+            f"{rejected_files} of {len(files)} file(s) unreadable or invalid; "
+            "nothing from them was sent"
         )
 
 

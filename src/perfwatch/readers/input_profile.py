@@ -90,10 +90,20 @@ def write_input_profile(path: str | Path, profile_file: InputProfileFile) -> Non
 def read_input_profile(path: str | Path) -> InputProfileFile:
     """Read an input-profile file, or a perfwatch record with ``inputs``; SourceError if bad."""
     data = read_source(path)
+    not_profile = "not a perfwatch input-profile JSON document"
     try:
-        doc = orjson.loads(data)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SourceError(
+            path, f"{not_profile}: not UTF-8 text (byte 0x{data[error.start]:02x})"
+        ) from None
+    try:
+        doc = orjson.loads(text)
     except orjson.JSONDecodeError as error:
-        raise SourceError(path, f"not valid JSON: {error}") from None
+        # The decoder's own words ("expected 'true'") mean little to someone who gave a CSV.
+        raise SourceError(
+            path, f"{not_profile}: not valid JSON", line=error.lineno, column=error.colno
+        ) from None
     return input_profile_from_json(doc, source=str(path))
 
 

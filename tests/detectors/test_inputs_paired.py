@@ -24,6 +24,7 @@ from perfwatch.detectors.inputs import (
     input_table,
     judge_change,
     paired_change,
+    round_logs,
     sample_inputs,
 )
 
@@ -258,6 +259,21 @@ def test_the_sign_test_interval_takes_the_hand_checked_order_statistics() -> Non
     assert change.method == "paired_passes" and change.passes == 15
     assert change.estimate == pytest.approx(0.08)
     assert (change.low, change.high) == (pytest.approx(0.04), pytest.approx(0.12))
+
+
+def test_a_round_is_the_median_of_its_paired_passes_not_the_ratio_of_fastest() -> None:
+    # round 1: pass ratios 1.3, 1.05, 1.0 (median 1.05; fastest 1.1 / 1.0 = 1.1);
+    # round 2: 1.1, 1.1, 0.8 (median 1.1; fastest 2.0 / 2.0 = 1.0)
+    old = np.array([1.0, 1.2, 1.1, 2.0, 2.0, 2.5])
+    new = np.array([1.3, 1.26, 1.1, 2.2, 2.2, 2.0])
+    assert round_logs(old, new, 2) == pytest.approx(np.log([1.05, 1.1]))
+    # ln 1.05 = 0.04879, ln 1.1 = 0.09531: mean 0.07205, sd 0.03290, half-width
+    # 12.706 * 0.03290 / sqrt(2) = 0.2956: exp(0.07205 -+ 0.2956) - 1
+    change = paired_change(old, new, paired=True, rounds=2)
+    assert change.method == "paired_rounds" and change.passes == 2
+    assert change.estimate == pytest.approx(np.sqrt(1.05 * 1.1) - 1)
+    assert change.low == pytest.approx(-0.2002, abs=1e-4)
+    assert change.high == pytest.approx(0.4442, abs=1e-4)
 
 
 def test_too_few_pairs_give_no_interval() -> None:

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from perfwatch.cli.main import main
-from perfwatch.profiler.alternate import Version, profile_alternately
+from perfwatch.profiler.alternate import Version, profile_alternately, round_cpus
 from perfwatch.readers.input_profile import read_input_profile
 
 OLD = """
@@ -195,6 +195,49 @@ def test_within_a_round_the_versions_take_turns_pass_by_pass(tmp_path: Path) -> 
     for profiles in run.profiles.values():
         (profile,) = profiles.profiles
         assert profile.timing_rounds == 2 and len(profile.cpu_times_s or ()) == 8
+
+
+CPU_TEST = """
+import os
+
+
+def test_cpu():
+    with open(os.environ["PASS_LOG"], "a", encoding="utf-8") as log:
+        cpus = ",".join(str(cpu) for cpu in sorted(os.sched_getaffinity(0)))
+        log.write(f"{os.environ['VERSION_NAME']} {os.getpid()} {cpus}\\n")
+"""
+
+
+@pytest.mark.skipif(not round_cpus(), reason="the system does not let a process choose its CPU")
+def test_both_versions_of_a_round_run_on_one_cpu_a_different_one_each_round(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "passes.log"
+    versions = []
+    for name in ("old", "new"):
+        (tmp_path / name / "tests").mkdir(parents=True)
+        (tmp_path / name / "tests" / "test_cpu.py").write_text(CPU_TEST)
+        versions.append(
+            Version(name, tmp_path / name, environment={"PASS_LOG": str(log), "VERSION_NAME": name})
+        )
+    only = tmp_path / "sample.txt"
+    only.write_text("tests/test_cpu.py::test_cpu\n")
+    profile_alternately(versions, ["tests"], only=only, rounds=3, repeats=2, warmup=0)
+    passes = [line.split() for line in log.read_text().splitlines()]
+    # per round and version: 2 timing passes, and memory and counting in the first round
+    rounds = [passes[:8], passes[8:12], passes[12:]]
+    assert [len(r) for r in rounds] == [8, 4, 4]
+    held = []
+    for passes_of_round in rounds:
+        # a new pair of processes every round, both held to the round's one CPU
+        assert len({pid for _, pid, _ in passes_of_round}) == 2
+        assert {name for name, _, _ in passes_of_round} == {"old", "new"}
+        (cpu,) = {cpus for _, _, cpus in passes_of_round}
+        held.append(int(cpu))
+    # the CPUs in turn, from wherever this command started
+    available = round_cpus()
+    start = available.index(held[0])
+    assert held == [available[(start + n) % len(available)] for n in range(3)]
 
 
 BURNING_TEST = """

@@ -6,6 +6,7 @@ import importlib
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -204,17 +205,15 @@ def profile(
             Version("new", Path.cwd(), sys.executable, parse_attributes(new_env, "--new-env")),
         ]
         reference_path = reference_out or output.with_name(f"{output.stem}.old{output.suffix}")
-        status = _alternate(
-            versions,
-            pytest_args,
-            only,
-            (rounds, max_rounds, precision / 100),
-            repeats,
-            warmup,
-            min_pass_ms / 1000,
-            output,
-            reference_path,
+        alternation = Alternation(
+            rounds=rounds,
+            repeats=repeats,
+            warmup=warmup,
+            min_pass_s=min_pass_ms / 1000,
+            max_rounds=max_rounds,
+            precision=None if max_rounds is None else precision / 100,
         )
+        status = _alternate(versions, pytest_args, only, alternation, output, reference_path)
         if config is not None:
             record = profile_record(_read_profiles(output), test_id, _read_profiles(reference_path))
             _publish(record, branch, config)
@@ -263,32 +262,41 @@ def _check_pytest() -> None:
         ) from None
 
 
+@dataclass(frozen=True)
+class Alternation:
+    """How `--old-dir` alternates the versions (see
+    :func:`perfwatch.profiler.alternate.profile_alternately`)."""
+
+    rounds: int
+    repeats: int
+    warmup: int
+    min_pass_s: float
+    max_rounds: int | None
+    # high - low of the paired interval, as a fraction; None: no sequential rounds
+    precision: float | None
+
+
 def _alternate(
     versions: list[Version],
     pytest_args: tuple[str, ...],
     only: Path,
-    rounds: tuple[int, int | None, float],
-    repeats: int,
-    warmup: int,
-    min_pass_s: float,
+    alternation: Alternation,
     output: Path,
     reference_path: Path,
 ) -> int:
-    """Profile both versions alternately (``rounds``: the rounds of every input, the most
-    rounds and the precision as a fraction), write both files, report the cost; the exit
+    """Profile both versions alternately, write both files, report the cost; the exit
     status of the worst pytest run (0 or 1)."""
-    first, most, precision = rounds
     try:
         run = profile_alternately(
             versions,
             pytest_args,
             only=only,
-            rounds=first,
-            repeats=repeats,
-            warmup=warmup,
-            min_pass_s=min_pass_s,
-            max_rounds=most,
-            precision=None if most is None else precision,
+            rounds=alternation.rounds,
+            repeats=alternation.repeats,
+            warmup=alternation.warmup,
+            min_pass_s=alternation.min_pass_s,
+            max_rounds=alternation.max_rounds,
+            precision=alternation.precision,
         )
     except AlternationError as error:
         raise InputError(str(error)) from None
@@ -297,12 +305,12 @@ def _alternate(
     write_input_profile(output, run.profiles["new"])
     write_input_profile(reference_path, run.profiles["old"])
     profiled = run.profiles["new"].profiles
-    taken = sorted({p.timing_rounds or first for p in profiled})
+    taken = sorted({p.timing_rounds or alternation.rounds for p in profiled})
     spread = f"{taken[0]}" if len(taken) == 1 else f"{taken[0]}-{taken[-1]}"
     click.echo(
         f"{len(profiled)} inputs profiled on the old ({versions[0].directory}) and new code in "
-        f"{spread} alternating rounds of {repeats} timing passes each: new code to {output}, "
-        f"old code to {reference_path}",
+        f"{spread} alternating rounds of {alternation.repeats} timing passes each: new code to "
+        f"{output}, old code to {reference_path}",
         err=True,
     )
     click.echo(

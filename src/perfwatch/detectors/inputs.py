@@ -772,9 +772,10 @@ def paired_change(
     """The relative change from ``old`` to ``new`` timings of one input, with an interval.
 
     Paired in ``rounds`` (the passes form that many equal rounds, each version's
-    round in a process of its own, the versions alternating): the process is
-    the unit that repeats, so each round gives one log ratio of the two
-    versions' fastest passes, and the interval is Student's t over the rounds.
+    round in a process of its own, the versions alternating pass by pass): the
+    process is the unit that repeats, so each round gives one log ratio, the
+    median of its paired passes' (:func:`round_logs`), and the interval is
+    Student's t over the rounds.
     Paired pass by pass (alternated in one process, pass i of one next to pass
     i of the other): the median of the per-pass ratios new/old, with the sign
     test's distribution-free interval for a median; a burst of load that hits
@@ -813,10 +814,12 @@ def paired_change(
 
 
 def round_logs(old: np.ndarray, new: np.ndarray, rounds: int) -> np.ndarray:
-    """Per round: log of the new version's fastest pass over the old one's."""
-    fastest_old = np.asarray(old, dtype=float).reshape(rounds, -1).min(axis=1)
-    fastest_new = np.asarray(new, dtype=float).reshape(rounds, -1).min(axis=1)
-    return np.log(fastest_new) - np.log(fastest_old)
+    """Per round: the median over its passes of log new / old, pass i of one version with
+    pass i of the other (timed moments apart, so a change of load reaches both). Two
+    copies of the same code varied half as much from round to round by this as by the
+    ratio of the versions' fastest passes: one lucky pass moves a minimum, not a median."""
+    logs = np.log(np.asarray(new, dtype=float)) - np.log(np.asarray(old, dtype=float))
+    return np.median(logs.reshape(rounds, -1), axis=1)
 
 
 def round_change(logs: np.ndarray, confidence: float) -> PairedChange:

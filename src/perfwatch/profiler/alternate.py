@@ -7,8 +7,12 @@ the profiling plugin once per version and runs the two in lockstep: each
 plugin waits for its turn before every pass, and the versions take turns one
 pass at a time, the first version to go swapped every round. A change of load
 reaches both alike and every timing pass of one version has a partner of the
-other taken moments apart. The first round also counts and measures memory;
-the later ones only time.
+other taken moments apart. Both processes of a round are also held to the
+same CPU (where the system lets a process choose, :func:`round_cpus`), a
+different one each round: on a virtual machine the CPUs differ in speed, by
+half at times, and a process keeps to the CPU it started on, so two processes
+left to the scheduler compared CPUs, not versions. The first round also counts
+and measures memory; the later ones only time.
 With a precision, rounds go on one at a time for the inputs whose interval is
 still too wide (:func:`time_in_rounds`, which takes the round's measurement as
 a function, so the decision can be checked on constructed rounds).
@@ -18,6 +22,7 @@ The passes are merged in round order, which is what pairs them in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -272,6 +277,9 @@ class _PytestRounds:
             "--perfwatch-kind=update_sample",
         ]
         self.failed = {v.name: 0 for v in versions}
+        self.cpus = round_cpus()
+        # commands run side by side start on different CPUs, not all on the first
+        self.first_cpu = os.getpid()
 
     def __call__(self, number: int, wanted: frozenset[str] | None) -> dict[str, InputProfileFile]:
         listed = self.only
@@ -285,7 +293,8 @@ class _PytestRounds:
             f"--perfwatch-only={listed}",
             *(["--perfwatch-timing-only"] if number > 0 else []),
         ]
-        statuses = _round_in_turns(order, self.pytest_args, options, outputs)
+        cpu = None if not self.cpus else self.cpus[(self.first_cpu + number) % len(self.cpus)]
+        statuses = _round_in_turns(order, self.pytest_args, options, outputs, cpu)
         profiled = {}
         for version in self.versions:
             status = statuses[version.name]
@@ -301,6 +310,14 @@ class _PytestRounds:
                     f"({error}); `{rerun}` there shows why"
                 ) from None
         return profiled
+
+
+def round_cpus() -> list[int]:
+    """The CPUs this process may run on, in order, for the rounds to take in turn; none
+    where the system does not let a process choose its CPU."""
+    if not hasattr(os, "sched_getaffinity"):
+        return []
+    return sorted(os.sched_getaffinity(0))
 
 
 @dataclass
@@ -324,8 +341,10 @@ def _round_in_turns(
     pytest_args: Sequence[str],
     options: Sequence[str],
     outputs: Mapping[str, Path],
+    cpu: int | None,
 ) -> dict[str, int]:
-    """One round: a pytest process per version, started together and run in lockstep.
+    """One round: a pytest process per version, started together, held to ``cpu`` (None:
+    wherever the system runs them) and run in lockstep.
 
     Each plugin waits before every pass of every input until told to go
     (``--perfwatch-lockstep``); the versions are let run one pass each in
@@ -360,6 +379,10 @@ def _round_in_turns(
             )
             os.close(ready_write)
             os.close(go_read)
+            if cpu is not None:
+                # before its first pass: the plugin waits for its turn before every one
+                with contextlib.suppress(ProcessLookupError):  # gone: its status tells why
+                    os.sched_setaffinity(process.pid, {cpu})
             turns[version.name] = _Turn(
                 process,
                 os.fdopen(ready_read, "r", encoding="utf-8"),

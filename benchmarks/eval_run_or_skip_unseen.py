@@ -63,7 +63,7 @@ from perfwatch.detectors.inputs import (
     paired_change,
     sample_inputs,
 )
-from perfwatch.profiler.alternate import Version, profile_alternately
+from perfwatch.profiler.alternate import Alternation, Version, profile_alternately
 from perfwatch.profiler.core import profile_inputs, profile_versions
 from perfwatch.readers.input_profile import read_input_profile
 from unseen import CODE_BASES, UPDATES, Inputs, call, checkout, inputs, load, node_id
@@ -160,16 +160,16 @@ class Processes:
             )
             only = root / "sample.txt"
             only.write_text("".join(f"{node_id(i)}\n" for i in sample), encoding="utf-8")
-            run = profile_alternately(
-                [Version("old", old), Version("new", new)],
-                [],
-                only=only,
+            alternation = Alternation(
                 rounds=-(-timing.passes // timing.round_passes),
                 repeats=timing.round_passes,
                 warmup=1,
                 min_pass_s=timing.min_pass_s,
                 max_rounds=timing.max_passes // timing.round_passes,
                 precision=timing.precision,
+            )
+            run = profile_alternately(
+                [Version("old", old), Version("new", new)], [], only=only, alternation=alternation
             )
         if run.dropped or any(run.failed_rounds.values()):
             raise RuntimeError(f"{update}: inputs not profiled in every round: {run.dropped}")

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from perfwatch.cli.main import main
-from perfwatch.profiler.alternate import Version, profile_alternately, round_cpus
+from perfwatch.profiler.alternate import Alternation, Version, profile_alternately, round_cpus
 from perfwatch.readers.input_profile import read_input_profile
 
 OLD = """
@@ -182,7 +182,8 @@ def test_within_a_round_the_versions_take_turns_pass_by_pass(tmp_path: Path) -> 
         )
     only = tmp_path / "sample.txt"
     only.write_text("tests/test_log.py::test_logged\n")
-    run = profile_alternately(versions, ["tests"], only=only, rounds=2, repeats=4, warmup=1)
+    alternation = Alternation(rounds=2, repeats=4, warmup=1)
+    run = profile_alternately(versions, ["tests"], only=only, alternation=alternation)
     # per version: warm-up, 4 timing passes, memory and counting in the first round;
     # warm-up and 4 timing passes in the second
     order = log.read_text().split()
@@ -222,7 +223,8 @@ def test_both_versions_of_a_round_run_on_one_cpu_a_different_one_each_round(
         )
     only = tmp_path / "sample.txt"
     only.write_text("tests/test_cpu.py::test_cpu\n")
-    profile_alternately(versions, ["tests"], only=only, rounds=3, repeats=2, warmup=0)
+    alternation = Alternation(rounds=3, repeats=2, warmup=0)
+    profile_alternately(versions, ["tests"], only=only, alternation=alternation)
     passes = [line.split() for line in log.read_text().splitlines()]
     # per round and version: 2 timing passes, and memory and counting in the first round
     rounds = [passes[:8], passes[8:12], passes[12:]]
@@ -271,16 +273,8 @@ def test_sequential_rounds_profile_every_input_on_both_versions(tmp_path: Path) 
     # tested on constructed rounds (test_sequential_rounds.py). Here only what holds
     # however the passes are timed.
     versions, only = burning_versions(tmp_path)
-    run = profile_alternately(
-        versions,
-        ["tests"],
-        only=only,
-        rounds=2,
-        repeats=3,
-        warmup=0,
-        max_rounds=3,
-        precision=0.05,
-    )
+    alternation = Alternation(rounds=2, repeats=3, warmup=0, max_rounds=3, precision=0.05)
+    run = profile_alternately(versions, ["tests"], only=only, alternation=alternation)
     assert 2 <= run.rounds <= 3 and not run.dropped
     assert run.failed_rounds == {"old": 0, "new": 0}
     rounds_of = {}

@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 
 from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.inputs import paired_change
-from perfwatch.profiler.alternate import merge_rounds, still_too_wide, time_in_rounds
+from perfwatch.profiler.alternate import (
+    Alternation,
+    merge_rounds,
+    still_too_wide,
+    time_in_rounds,
+)
 from perfwatch.readers.input_profile import InputProfileFile
 
 OLD_PASSES = (1.0e-3, 1.2e-3)
@@ -67,6 +72,17 @@ class ConstructedRounds:
         for version, file in files.items():
             self.rounds_of.setdefault(version, []).append(file)
         return files
+
+
+def timing(rounds: int, max_rounds: int, precision: float | None = None) -> Alternation:
+    """The rounds to take; a constructed round has the passes of ``OLD_PASSES``."""
+    return Alternation(
+        rounds=rounds,
+        repeats=len(OLD_PASSES),
+        warmup=0,
+        max_rounds=max_rounds,
+        precision=precision,
+    )
 
 
 def test_the_hand_checked_intervals() -> None:
@@ -120,7 +136,7 @@ def test_a_narrow_interval_stops_and_a_wide_one_gets_another_round() -> None:
 
 def test_rounds_go_on_for_the_wide_inputs_only_up_to_the_most_allowed() -> None:
     measure = ConstructedRounds(RATIOS)
-    rounds_of, asked = time_in_rounds(measure, rounds=2, max_rounds=4, precision=0.05)
+    rounds_of, asked = time_in_rounds(measure, timing(rounds=2, max_rounds=4, precision=0.05))
     assert asked == measure.asked == [None, None, WIDE, frozenset({"jumpy"})]
     merged, dropped = merge_rounds(rounds_of, asked)
     assert not dropped and list(merged) == ["old", "new"]
@@ -143,25 +159,31 @@ def test_rounds_go_on_for_the_wide_inputs_only_up_to_the_most_allowed() -> None:
 
 
 def test_max_rounds_caps_the_rounds() -> None:
-    _, asked = time_in_rounds(ConstructedRounds(RATIOS), rounds=2, max_rounds=3, precision=0.05)
+    _, asked = time_in_rounds(
+        ConstructedRounds(RATIOS), timing(rounds=2, max_rounds=3, precision=0.05)
+    )
     assert asked == [None, None, WIDE]
     # as many rounds as asked for, never more, when max_rounds is rounds
-    _, asked = time_in_rounds(ConstructedRounds(RATIOS), rounds=2, max_rounds=2, precision=0.05)
+    _, asked = time_in_rounds(
+        ConstructedRounds(RATIOS), timing(rounds=2, max_rounds=2, precision=0.05)
+    )
     assert asked == [None, None]
 
 
 def test_the_rounds_asked_for_are_all_measured_even_when_every_interval_is_narrow() -> None:
     # every interval is narrower than 1000% after two rounds; the third is asked for
-    _, asked = time_in_rounds(ConstructedRounds(RATIOS), rounds=3, max_rounds=4, precision=10.0)
+    _, asked = time_in_rounds(
+        ConstructedRounds(RATIOS), timing(rounds=3, max_rounds=4, precision=10.0)
+    )
     assert asked == [None, None, None]
     # and without a precision, no more than asked for
-    _, asked = time_in_rounds(ConstructedRounds(RATIOS), rounds=2, max_rounds=4)
+    _, asked = time_in_rounds(ConstructedRounds(RATIOS), timing(rounds=2, max_rounds=4))
     assert asked == [None, None]
 
 
 def test_fewer_most_rounds_than_rounds_is_refused() -> None:
     with pytest.raises(ValueError, match="max_rounds"):
-        time_in_rounds(ConstructedRounds(RATIOS), rounds=2, max_rounds=1)
+        timing(rounds=2, max_rounds=1)
 
 
 def width(ratios: Sequence[float], rounds: int) -> float:
@@ -190,14 +212,11 @@ def test_an_input_gets_rounds_until_its_interval_is_narrow_enough(
 ) -> None:
     table = {f"input-{n}": tuple(r) for n, r in enumerate(ratios)}
     max_rounds = rounds + extra
-    rounds_of, asked = time_in_rounds(
-        ConstructedRounds(table), rounds=rounds, max_rounds=max_rounds, precision=precision
-    )
+    alternation = timing(rounds=rounds, max_rounds=max_rounds, precision=precision)
+    rounds_of, asked = time_in_rounds(ConstructedRounds(table), alternation)
     merged, dropped = merge_rounds(rounds_of, asked)
     # the same measurements, the same rounds and profiles
-    again, asked_again = time_in_rounds(
-        ConstructedRounds(table), rounds=rounds, max_rounds=max_rounds, precision=precision
-    )
+    again, asked_again = time_in_rounds(ConstructedRounds(table), alternation)
     assert asked_again == asked
     assert {v: f.profiles for v, f in merge_rounds(again, asked_again)[0].items()} == {
         v: f.profiles for v, f in merged.items()

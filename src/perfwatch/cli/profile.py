@@ -6,7 +6,6 @@ import importlib
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from perfwatch.cli.options import (
 from perfwatch.cli.publish import parse_attributes
 from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.profiler.alternate import (
+    Alternation,
     AlternationError,
     Version,
     profile_alternately,
@@ -262,20 +262,6 @@ def _check_pytest() -> None:
         ) from None
 
 
-@dataclass(frozen=True)
-class Alternation:
-    """How `--old-dir` alternates the versions (see
-    :func:`perfwatch.profiler.alternate.profile_alternately`)."""
-
-    rounds: int
-    repeats: int
-    warmup: int
-    min_pass_s: float
-    max_rounds: int | None
-    # high - low of the paired interval, as a fraction; None: no sequential rounds
-    precision: float | None
-
-
 def _alternate(
     versions: list[Version],
     pytest_args: tuple[str, ...],
@@ -287,17 +273,7 @@ def _alternate(
     """Profile both versions alternately, write both files, report the cost; the exit
     status of the worst pytest run (0 or 1)."""
     try:
-        run = profile_alternately(
-            versions,
-            pytest_args,
-            only=only,
-            rounds=alternation.rounds,
-            repeats=alternation.repeats,
-            warmup=alternation.warmup,
-            min_pass_s=alternation.min_pass_s,
-            max_rounds=alternation.max_rounds,
-            precision=alternation.precision,
-        )
+        run = profile_alternately(versions, pytest_args, only=only, alternation=alternation)
     except AlternationError as error:
         raise InputError(str(error)) from None
     if not run.profiles["new"].profiles:

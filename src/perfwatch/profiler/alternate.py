@@ -90,39 +90,49 @@ class AlternationError(Exception):
     """A round profiled nothing: pytest could not run the suite on a version."""
 
 
+@dataclass(frozen=True)
+class Alternation:
+    """How the versions alternate: ``rounds`` rounds of ``repeats`` timing passes each after
+    ``warmup`` warm-up passes, each pass lasting at least ``min_pass_s`` (over several calls
+    of a short test). With a ``precision`` (high - low of the paired interval of new / old - 1,
+    as a fraction, at ``confidence``), one more round at a time, up to ``max_rounds`` in all,
+    for the inputs whose interval is still wider (:func:`time_in_rounds`)."""
+
+    rounds: int
+    repeats: int
+    warmup: int
+    min_pass_s: float = 0.0
+    max_rounds: int | None = None
+    precision: float | None = None
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1 or self.repeats < 1 or self.warmup < 0:
+            raise ValueError("rounds and repeats must be at least 1, warmup 0 or more")
+        if self.most_rounds < self.rounds:
+            raise ValueError(
+                f"max_rounds ({self.most_rounds}) must not be below rounds ({self.rounds})"
+            )
+
+    @property
+    def most_rounds(self) -> int:
+        """The most rounds any input gets."""
+        return self.rounds if self.max_rounds is None else self.max_rounds
+
+
 def profile_alternately(
     versions: Sequence[Version],
     pytest_args: Sequence[str],
     *,
     only: Path,
-    rounds: int,
-    repeats: int,
-    warmup: int,
-    min_pass_s: float = 0.0,
-    max_rounds: int | None = None,
-    precision: float | None = None,
-    confidence: float = 0.95,
+    alternation: Alternation,
 ) -> AlternateRun:
-    """Profile the inputs listed in ``only`` on every version, in ``rounds`` alternating rounds
-    of ``repeats`` timing passes each (each pass lasting ``min_pass_s``, over several calls
-    of a short test); an input is kept when every round it was asked for profiled it.
-
-    With a ``precision`` the timing goes on, a round at a time up to ``max_rounds``, for
-    the inputs whose paired interval is still too wide (:func:`time_in_rounds`)."""
-    if rounds < 1 or repeats < 1 or warmup < 0:
-        raise ValueError("rounds and repeats must be at least 1, warmup 0 or more")
+    """Profile the inputs listed in ``only`` on every version, round by round as
+    ``alternation`` says; an input is kept when every round it was asked for profiled it."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="perfwatch-alternate-") as scratch:
-        measure = _PytestRounds(
-            versions, pytest_args, only, Path(scratch), repeats, warmup, min_pass_s
-        )
-        rounds_of, asked = time_in_rounds(
-            measure,
-            rounds=rounds,
-            max_rounds=max_rounds,
-            precision=precision,
-            confidence=confidence,
-        )
+        measure = _PytestRounds(versions, pytest_args, only, Path(scratch), alternation)
+        rounds_of, asked = time_in_rounds(measure, alternation)
     merged, dropped = merge_rounds(rounds_of, asked)
     # from the rounds themselves: each round's process chose its own calls per pass
     test_time = {
@@ -140,30 +150,22 @@ MeasureRound = Callable[[int, frozenset[str] | None], Mapping[str, InputProfileF
 
 
 def time_in_rounds(
-    measure: MeasureRound,
-    *,
-    rounds: int,
-    max_rounds: int | None = None,
-    precision: float | None = None,
-    confidence: float = 0.95,
+    measure: MeasureRound, alternation: Alternation
 ) -> tuple[dict[str, list[InputProfileFile]], list[frozenset[str] | None]]:
-    """Sequential timing with the round as the step: ``rounds`` rounds of every input, then,
-    with a ``precision``, one round at a time, up to ``max_rounds`` in all, of the inputs
-    still too wide (:func:`still_too_wide`); it stops early once none is.
+    """Sequential timing with the round as the step: ``alternation.rounds`` rounds of every
+    input, then, with a precision, one round at a time, up to ``alternation.max_rounds`` in
+    all, of the inputs still too wide (:func:`still_too_wide`); it stops early once none is.
 
     That is :func:`perfwatch.profiler.core.profile_versions`'s sequential timing with the
     round in place of the pass, since here the process is the unit that repeats. Per
     version, its rounds' profiles in round order; per round, the inputs it was asked for
     (None: every input)."""
-    limit = rounds if max_rounds is None else max_rounds
-    if limit < rounds:
-        raise ValueError(f"max_rounds ({limit}) must not be below rounds ({rounds})")
     rounds_of: dict[str, list[InputProfileFile]] = {}
     asked: list[frozenset[str] | None] = []
-    for number in range(limit):
+    for number in range(alternation.most_rounds):
         wanted = None
-        if number >= rounds:
-            wanted = still_too_wide(rounds_of, asked, precision, confidence)
+        if number >= alternation.rounds:
+            wanted = still_too_wide(rounds_of, asked, alternation.precision, alternation.confidence)
             if not wanted:
                 break
         for name, profiled in measure(number, wanted).items():
@@ -262,18 +264,16 @@ class _PytestRounds:
         pytest_args: Sequence[str],
         only: Path,
         scratch: Path,
-        repeats: int,
-        warmup: int,
-        min_pass_s: float,
+        alternation: Alternation,
     ) -> None:
         self.versions = versions
         self.pytest_args = pytest_args
         self.only = only.resolve()
         self.scratch = scratch
         self.options = [
-            f"--perfwatch-repeats={repeats}",
-            f"--perfwatch-warmup={warmup}",
-            f"--perfwatch-min-pass-ms={min_pass_s * 1000}",
+            f"--perfwatch-repeats={alternation.repeats}",
+            f"--perfwatch-warmup={alternation.warmup}",
+            f"--perfwatch-min-pass-ms={alternation.min_pass_s * 1000}",
             "--perfwatch-kind=update_sample",
         ]
         self.failed = {v.name: 0 for v in versions}

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from perfwatch.contract import timestamps, validation
-from perfwatch.contract.codec import dumps, parse_record, parse_verdict
+from perfwatch.contract.codec import MAX_DOCUMENT_BYTES, dumps, parse_record, parse_verdict
 from perfwatch.contract.models import ChangePointEvidence, MetricValue, Record, SeriesRef, Verdict
 from perfwatch.contract.validation import (
     ErrorKind,
@@ -758,5 +758,20 @@ def test_metric_bound_is_what_the_change_point_analysis_takes() -> None:
     doc = full_record()
     assert validate_record({**doc, "metrics": {"x": limit, "y": {"value": -limit}}}) == []
     assert paths(validate_record({**doc, "metrics": {"x": beyond}})) == {"$.metrics.x"}
-    metric = validation.load_schema("record")["$defs"]["metric"]
-    assert (metric["minimum"], metric["maximum"]) == (-limit, limit)
+    assert paths(validate_record({**doc, "metrics": {"x": -beyond}})) == {"$.metrics.x"}
+    assert paths(validate_record({**doc, "metrics": {"y": {"value": beyond}}})) == {
+        "$.metrics.y.value"
+    }
+    # the bound is read from the schema, where it is stated once, both ways
+    metric_value = validation.load_schema("record")["$defs"]["metric_value"]
+    assert (metric_value["minimum"], metric_value["maximum"]) == (-limit, limit)
+
+
+def test_the_schema_states_the_limits_checked_beyond_it() -> None:
+    """The limits JSON Schema cannot express are the code's; the schema's text, which
+    consumers read, states the same numbers."""
+    schema = validation.load_schema("record")
+    cells = f"{validation.MAX_COUNTER_CELLS:,} cells"
+    assert cells in schema["description"]
+    assert cells in schema["$defs"]["counters"]["description"]
+    assert f"at most {MAX_DOCUMENT_BYTES // 2**20} MiB" in schema["description"]

@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 RECORD_SCHEMA = "perfwatch.record/v1"
 VERDICT_SCHEMA = "perfwatch.verdict/v1"
 MAX_COUNTER_CELLS = 1_000_000
-# The schema's bound on metric values: the change-point analysis squares their differences.
-MAX_METRIC_MAGNITUDE = 1e150
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LONGEST_MESSAGE = 200
@@ -100,6 +98,19 @@ def load_schema(name: Literal["record", "verdict"]) -> dict[str, Any]:
     """The JSON Schema shipped with the package (``schemas/<name>.schema.json``)."""
     source = resources.files("perfwatch").joinpath("schemas", f"{name}.schema.json")
     return cast(dict[str, Any], orjson.loads(source.read_bytes()))
+
+
+# The schema's bound on metric values (the change-point analysis squares their differences),
+# read from it so that the readers' checks and the schema cannot disagree.
+MAX_METRIC_MAGNITUDE = float(load_schema("record")["$defs"]["metric_value"]["maximum"])
+
+
+def beyond_metric_bound(value: str) -> str:
+    """What is wrong with a metric value (``value``: how to show it) beyond the bound."""
+    return (
+        f"{value} is beyond {MAX_METRIC_MAGNITUDE:g} in magnitude, the most the change-point "
+        "analysis takes: rescale the metric (a larger unit)"
+    )
 
 
 @cache
@@ -495,10 +506,7 @@ def _describe(error: ValidationError) -> str:
                 shown = repr(instance) if isinstance(instance, float) else f"{instance:.6g}"
             except OverflowError:  # an integer beyond the range of a float
                 shown = f"an integer of {instance.bit_length()} bits"
-            return (
-                f"{shown} is beyond {abs(expected):g} in magnitude, the most the change-point "
-                "analysis takes: rescale the metric (a larger unit)"
-            )
+            return beyond_metric_bound(shown)
     message = error.message
     return message if len(message) <= _LONGEST_MESSAGE else message[: _LONGEST_MESSAGE - 3] + "..."
 

@@ -68,8 +68,9 @@ __all__ = [
 _COMPAT_VALUES = (None, "otava")
 _NO_SYNC = np.zeros(0, np.int64)
 _FEW = 16  # lists up to this long are checked value by value in as_raw_values
+# the record contract's bound on metric values (a test holds them equal): squared
+# differences of values stay finite
 _MAX_ABS_VALUE = 1e150
-_TOO_LARGE = "values are too large (|value| > 1e150): rescale the metric"
 _DEFAULT_MODE_OPTIONS = (
     "min_segment_len",
     "noise_floor",
@@ -316,7 +317,7 @@ def as_raw_values(values: ArrayLike) -> np.ndarray:
         raise ValueError(f"values contain an infinite value at index {i}")
     finite = raw[~np.isnan(raw)]
     if finite.size and np.abs(finite).max() > _MAX_ABS_VALUE:
-        raise ValueError(_TOO_LARGE)
+        raise ValueError(f"values are too large (|value| > {_MAX_ABS_VALUE:g}): rescale the metric")
     return raw
 
 

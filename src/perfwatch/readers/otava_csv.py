@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfwatch.contract.validation import MAX_METRIC_MAGNITUDE
+from perfwatch.contract.validation import MAX_METRIC_MAGNITUDE, beyond_metric_bound
 from perfwatch.readers.errors import SourceError, read_source
 from perfwatch.readers.series import MetricSeries
 
@@ -382,8 +382,7 @@ def _parse_number(text: str, line: int, column: int, name: str, source: str) -> 
     if abs(number) > MAX_METRIC_MAGNITUDE:
         raise SourceError(
             source,
-            f"value {number:.6g} in metric column {name!r} is beyond {MAX_METRIC_MAGNITUDE:g} in "
-            "magnitude, the most the change-point analysis takes: rescale the metric",
+            beyond_metric_bound(f"value {number:.6g} in metric column {name!r}"),
             line=line,
             column=column,
         )

@@ -87,13 +87,6 @@ TIME_FORMATS: tuple[TimeFormat, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class _Cell:
-    line: int
-    column: int
-    text: str
-
-
 def detect_separator(header_line: str) -> str:
     """The candidate separator occurring most often in the header (comma when none does)."""
     counts = [header_line.count(candidate) for candidate in SEPARATORS]

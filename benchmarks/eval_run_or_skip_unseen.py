@@ -103,7 +103,7 @@ class InProcess:
         return {"old": call(self.old, argument), "new": call(self.new[update], argument)}
 
     def truth(self, update: str, passes: int, min_pass_s: float) -> Pairs:
-        pairs = {}
+        pairs: Pairs = {}
         for input_id, (_, _, size) in self.made.items():
             pair = profile_versions(
                 self.versions(update, input_id),
@@ -384,11 +384,11 @@ def main() -> int:
         "| sample profiling (old + new) | passes per input |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for code_base, name, (expected, per_kind), (paired, paper), cost, used in rows:
+    for code_base, name, (expected, per_kind), (paired_right, paper_right), cost, used in rows:
         kinds = ", ".join(f"{change:+.1%}" for change in per_kind.values())
         print(
-            f"| {code_base} | {name} | {expected} | {kinds} | {paired}/{args.decisions} | "
-            f"{paper}/{args.decisions} | {cost:.2f} s | {used:.1f} |"
+            f"| {code_base} | {name} | {expected} | {kinds} | {paired_right}/{args.decisions} | "
+            f"{paper_right}/{args.decisions} | {cost:.2f} s | {used:.1f} |"
         )
     return 0
 

@@ -419,6 +419,11 @@ class ServeProcess:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(30)
 
+    def kill_if_running(self) -> None:
+        """Cleanup after a failed test: a `serve` left running would outlive the test."""
+        if self.process is not None and self.process.poll() is None:
+            self.kill()
+
     def terminate(self, timeout: float = 60) -> int:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)

@@ -148,15 +148,19 @@ def test_kill_9_mid_stream_then_restart(
         client.close()
     log = tmp_path / "serve.log"
     serve = ServeProcess(arguments, log).start()
-    with open_store(store_url) as store:
-        for fraction in (0.25, 0.6):
-            wait_until(lambda f=fraction: stored_points(store) >= f * total, TIMEOUT, "progress")
-            serve.kill()
-            serve = ServeProcess(arguments, log).start()
-        wait_until(lambda: stored_points(store) == total, TIMEOUT, "all records")
-        wait_until(lambda: not store.unpublished(), TIMEOUT, "an empty outbox")
-        assert serve.terminate() == 0, serve.log()
-        check_outcome(store, broker, topics["verdicts"], series)
+    try:
+        with open_store(store_url) as store:
+            for fraction in (0.25, 0.6):
+                target = fraction * total
+                wait_until(lambda t=target: stored_points(store) >= t, TIMEOUT, "progress")
+                serve.kill()
+                serve = ServeProcess(arguments, log).start()
+            wait_until(lambda: stored_points(store) == total, TIMEOUT, "all records")
+            wait_until(lambda: not store.unpublished(), TIMEOUT, "an empty outbox")
+            assert serve.terminate() == 0, serve.log()
+            check_outcome(store, broker, topics["verdicts"], series)
+    finally:
+        serve.kill_if_running()
     assert serve.log().count("processor started") == 3
 
 
@@ -281,8 +285,7 @@ def test_two_processors_share_the_keys_and_survive_losing_one(
             check_outcome(store, pulsar_broker, topics["verdicts"], series)
     finally:
         for process in processors.values():
-            if process.process is not None and process.process.poll() is None:
-                process.kill()
+            process.kill_if_running()
 
 
 def _publish_with_own_client(broker: BrokerHandle, topic: str, messages: list) -> None:

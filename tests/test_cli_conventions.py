@@ -386,6 +386,25 @@ def test_ctrl_c_while_the_broker_does_not_answer(
     assert stdout == ""
 
 
+def _profile_interrupted_at(marker: Path, args: list[str], *, cwd: Path) -> tuple[int, str]:
+    """Run `perfwatch profile ARGS`, Ctrl-C it once `marker` exists (or it ended); its exit
+    status and stderr."""
+    process = subprocess.Popen(
+        [*PERFWATCH, "profile", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        start_new_session=True,  # a process group of its own, as a terminal's Ctrl-C reaches
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    return process.returncode, stderr
+
+
 def test_ctrl_c_during_alternating_rounds_leaves_no_traceback(tmp_path: Path) -> None:
     """Ctrl-C reaches perfwatch and both pytest processes: they end before the scratch
     directory their profiles go to is removed."""
@@ -400,21 +419,28 @@ def test_ctrl_c_during_alternating_rounds_leaves_no_traceback(tmp_path: Path) ->
     sample = tmp_path / "sample.txt"
     sample.write_text("test_suite.py::test_first\ntest_suite.py::test_second\n")
     options = ["--only", str(sample), "--old-dir", str(tmp_path / "old"), "--repeats", "1000"]
-    process = subprocess.Popen(
-        [*PERFWATCH, "profile", *options, "-o", str(tmp_path / "u.json"), "--", "test_suite.py"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path / "new",
-        start_new_session=True,  # a process group of its own, as a terminal's Ctrl-C reaches
-    )
-    deadline = time.monotonic() + 120
-    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    os.killpg(process.pid, signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
+    options += ["-o", str(tmp_path / "u.json"), "--", "test_suite.py"]
+    status, stderr = _profile_interrupted_at(marker, options, cwd=tmp_path / "new")
+    assert status == 130, stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("alternating", [False, True], ids=["suite", "old-dir"])
+def test_ctrl_c_while_pytest_starts_leaves_no_traceback(alternating: bool, tmp_path: Path) -> None:
+    """Ctrl-C while pytest still loads its plugins, before it handles Ctrl-C itself."""
+    marker = tmp_path / "plugin-loading"
+    plugin = f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(600)\n"
+    for tree in ("old", "new"):
+        (tmp_path / tree).mkdir()
+        (tmp_path / tree / "slow_plugin.py").write_text(plugin)
+        (tmp_path / tree / "test_suite.py").write_text("def test_one():\n    pass\n")
+    sample = tmp_path / "sample.txt"
+    sample.write_text("test_suite.py::test_one\n")
+    options = ["--only", str(sample), "--old-dir", str(tmp_path / "old")] if alternating else []
+    options += ["-o", str(tmp_path / "u.json"), "--", "-p", "slow_plugin", "test_suite.py"]
+    status, stderr = _profile_interrupted_at(marker, options, cwd=tmp_path / "new")
+    assert status == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
 
 
 def test_ctrl_c_stops_a_running_command_cleanly(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from perfwatch.profiler.alternate import (
     AlternationError,
     Version,
     profile_alternately,
+    pytest_command,
     pytest_exit,
 )
 from perfwatch.readers.errors import SourceError
@@ -221,10 +222,7 @@ def profile(
             raise SystemExit(EXIT_FOUND)
         return
     reference_file = None if reference is None else _read_profiles(reference)
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
+    arguments = [
         *pytest_args,
         f"--perfwatch-profile={output}",
         f"--perfwatch-repeats={repeats}",
@@ -232,11 +230,11 @@ def profile(
         f"--perfwatch-min-pass-ms={min_pass_ms}",
     ]
     if only is not None:
-        command.append(f"--perfwatch-only={only}")
+        arguments.append(f"--perfwatch-only={only}")
     if kind is not None:
-        command.append(f"--perfwatch-kind={kind}")
+        arguments.append(f"--perfwatch-kind={kind}")
     started = datetime.now(UTC)
-    status = subprocess.run(command, check=False).returncode
+    status = subprocess.run(pytest_command(sys.executable, arguments), check=False).returncode
     written = output.exists() and datetime.fromtimestamp(output.stat().st_mtime, UTC) >= started
     if not written:
         raise InputError(f"{pytest_exit(status)} and profiled no test; {output} was not written")

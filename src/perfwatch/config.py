@@ -138,7 +138,9 @@ class BrokerConfig(Section):
         gt=0,
     )
     log_level: LogLevel = setting(
-        "warning", "Lowest level of the Pulsar client's own log lines (written to stderr)."
+        "warning",
+        "Lowest level of the Pulsar client's own log lines (written to stderr). Those of the "
+        "first connection, whose failure is perfwatch's one error line, only at debug or info.",
     )
 
 

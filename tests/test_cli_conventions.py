@@ -140,6 +140,15 @@ def test_a_misspelt_variable_is_one_warning_naming_the_nearest_setting(
     )
 
 
+def test_a_bad_variable_is_named_also_where_a_flag_sets_the_same_setting() -> None:
+    result = CliRunner().invoke(
+        main, ["watch", "--idle-timeout", "0"], env={"PERFWATCH_BROKER_CONNECT_TIMEOUT": "soon"}
+    )
+    assert result.exit_code == 2
+    line = _error_line(result.stderr, "watch")
+    assert line.startswith("perfwatch watch: error: PERFWATCH_BROKER_CONNECT_TIMEOUT=soon: ")
+
+
 def test_no_number_option_takes_nan_or_an_infinity() -> None:
     """NaN passes every bound check, and an infinite threshold or time-out means nothing."""
     numeric = [

@@ -149,6 +149,18 @@ def test_a_bad_variable_is_named_also_where_a_flag_sets_the_same_setting() -> No
     assert line.startswith("perfwatch watch: error: PERFWATCH_BROKER_CONNECT_TIMEOUT=soon: ")
 
 
+def test_an_analyzer_variable_is_ignored_with_a_warning_saying_why(
+    record_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERFWATCH_ANALYZER_WINDOW_LEN", "30")
+    result = _invoke("publish", "--dry-run", str(record_file))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        "perfwatch publish: warning: PERFWATCH_ANALYZER_WINDOW_LEN is not a perfwatch setting "
+        "and is ignored: [analyzer] and [directions] are read from the configuration file only\n"
+    )
+
+
 def test_no_number_option_takes_nan_or_an_infinity() -> None:
     """NaN passes every bound check, and an infinite threshold or time-out means nothing."""
     numeric = [

@@ -233,6 +233,7 @@ def test_no_variable_the_project_itself_uses_is_unknown() -> None:
         "PERFWATCH_BROKR_URL",
         "PERFWATCH_CONFG",
         "PERFWATCH_NOTHING_LIKE_IT",
+        "PERFWATCH_ANALYZER_WINDOW_LEN",
     }
     assert unknown_variables(dict.fromkeys(used - placeholders, "")) == []
 

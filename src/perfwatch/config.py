@@ -63,6 +63,8 @@ OTHER_VARIABLES = frozenset(
 )
 # Prefixes of the test suite's and the PostgreSQL start script's variables.
 OTHER_PREFIXES = ("PERFWATCH_TEST_", "PERFWATCH_PG_")
+# Variables that look like settings of the tables read from the file only.
+FILE_ONLY_PREFIXES = ("PERFWATCH_ANALYZER_", "PERFWATCH_DIRECTIONS_")
 
 
 class ConfigError(ValueError):

@@ -20,7 +20,6 @@ from perfwatch.cli.options import (
     records_topic_option,
 )
 from perfwatch.cli.publish import parse_attributes
-from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.profiler.alternate import (
     Alternation,
     AlternationError,
@@ -31,7 +30,9 @@ from perfwatch.profiler.alternate import (
 )
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import (
+    INPUT_PROFILES_TEST,
     InputProfileFile,
+    profile_record,
     read_input_profile,
     write_input_profile,
 )
@@ -143,7 +144,7 @@ if TYPE_CHECKING:
 @click.option(
     "--test",
     "test_id",
-    default="input-profiles",
+    default=INPUT_PROFILES_TEST,
     show_default=True,
     help="Test id of the published record.",
 )
@@ -306,34 +307,6 @@ def _read_profiles(path: Path) -> InputProfileFile:
         return read_input_profile(path)
     except SourceError as error:
         raise InputError(str(error)) from None
-
-
-def profile_record(
-    profile_file: InputProfileFile, test_id: str, reference: InputProfileFile | None = None
-) -> dict[str, Any]:
-    """A partial record (identity to be completed) carrying the profiles and, for a full
-    suite, its totals as metrics (a sample's totals say nothing about the suite)."""
-    profiles = profile_file.to_json()["profiles"]
-    inputs: dict[str, Any] = {"kind": profile_file.kind, "profiles": profiles}
-    if reference is not None:
-        inputs["reference_profiles"] = reference.to_json()["profiles"]
-    metrics = {}
-    if profile_file.kind == "full_suite":
-        metrics = {
-            f"inputs_{name}": {
-                "value": sum(p[name] for p in profiles),
-                "unit": "s",
-                "direction": "lower_is_better",
-            }
-            for name in ("cpu_time_s", "wall_time_s")
-        }
-    return {
-        "schema": RECORD_SCHEMA,
-        "test": test_id,
-        "timestamp": profile_file.created,
-        "metrics": metrics,
-        "inputs": inputs,
-    }
 
 
 def _publish(partial: dict[str, Any], branch: str | None, config: Config) -> None:

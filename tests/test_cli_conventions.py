@@ -465,6 +465,26 @@ def test_ctrl_c_while_pytest_starts_leaves_no_traceback(alternating: bool, tmp_p
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
 
 
+def test_ctrl_c_while_python_imports_the_command_line_leaves_no_traceback() -> None:
+    """The signal arrives where a Ctrl-C in the first tenth of a second lands: after the
+    `perfwatch.cli` package, while the command modules and click are still imported."""
+    interrupted_start = (
+        "import os, signal, perfwatch.cli\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "from perfwatch.cli.main import main\n"
+        "main()\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", interrupted_start, "analyze", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == -signal.SIGINT  # ended by the signal: 130 in a shell
+    assert completed.stderr == completed.stdout == ""
+
+
 def test_ctrl_c_stops_a_running_command_cleanly(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [*PERFWATCH, "dev", "embedded", "--data-dir", str(tmp_path / "broker")],

@@ -189,6 +189,18 @@ def test_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
         load_config(write(tmp_path, ""), env={"PERFWATCH_CONSUMER_MAX_REDELIVERIES": "lots"})
 
 
+def test_a_bad_variable_of_a_setting_that_has_a_flag_names_the_variable(tmp_path: Path) -> None:
+    """Commands pass the flag of every setting they have a flag for, given or not: a bad
+    value that came from the environment is still the variable's."""
+    with pytest.raises(ConfigError, match=r"^PERFWATCH_CONSUMER_BATCH_SIZE=abc: must be"):
+        load_config(
+            write(tmp_path, ""),
+            env={"PERFWATCH_CONSUMER_BATCH_SIZE": "abc"},
+            overrides={"consumer.batch_size": None},
+            flag_names={"consumer.batch_size": "--batch"},
+        )
+
+
 def test_unknown_variables_are_named_with_the_nearest_known_one() -> None:
     env = {
         "PERFWATCH_BROKR_URL": "pulsar://x:6650",
@@ -221,6 +233,7 @@ def test_no_variable_the_project_itself_uses_is_unknown() -> None:
         "PERFWATCH_BROKR_URL",
         "PERFWATCH_CONFG",
         "PERFWATCH_NOTHING_LIKE_IT",
+        "PERFWATCH_ANALYZER_WINDOW_LEN",
     }
     assert unknown_variables(dict.fromkeys(used - placeholders, "")) == []
 

@@ -63,6 +63,8 @@ OTHER_VARIABLES = frozenset(
 )
 # Prefixes of the test suite's and the PostgreSQL start script's variables.
 OTHER_PREFIXES = ("PERFWATCH_TEST_", "PERFWATCH_PG_")
+# Variables that look like settings of the tables read from the file only.
+FILE_ONLY_PREFIXES = ("PERFWATCH_ANALYZER_", "PERFWATCH_DIRECTIONS_")
 
 
 class ConfigError(ValueError):
@@ -138,7 +140,9 @@ class BrokerConfig(Section):
         gt=0,
     )
     log_level: LogLevel = setting(
-        "warning", "Lowest level of the Pulsar client's own log lines (written to stderr)."
+        "warning",
+        "Lowest level of the Pulsar client's own log lines (written to stderr). Those of the "
+        "first connection, whose failure is perfwatch's one error line, only at debug or info.",
     )
 
 
@@ -591,16 +595,22 @@ class _Origins:
                 into[section] = table
             self.where.setdefault((section,), (kind, source))
 
-    def describe(self, error: Mapping[str, Any], names: Mapping[tuple[str, str], str]) -> str:
+    def describe(
+        self,
+        error: Mapping[str, Any],
+        variables: Mapping[tuple[str, str], str],
+        flags: Mapping[tuple[str, str], str],
+    ) -> str:
+        """The error naming where the bad value came from: its variable, flag or file."""
         loc = tuple(str(part) for part in error["loc"])
         reason = _reason(error)
         section = loc[0] if loc else ""
         key = loc[1] if len(loc) > 1 else ""
         kind, source = self.where.get(loc[:2], self.where.get(loc[:1], ("", "defaults")))
-        if kind == "environment" and (section, key) in names:
-            return f"{names[(section, key)]}={error['input']}: {reason}"
-        if kind == "flags" and (section, key) in names:
-            return f"{names[(section, key)]} {error['input']}: {reason}"
+        if kind == "environment" and (section, key) in variables:
+            return f"{variables[(section, key)]}={error['input']}: {reason}"
+        if kind == "flags" and (section, key) in flags:
+            return f"{flags[(section, key)]} {error['input']}: {reason}"
         if not key:
             return f"{source}: [{section}]: {reason}"
         if error["type"] == "extra_forbidden":
@@ -626,10 +636,11 @@ def load_config(
     file_path = Path(path if path is not None else env.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE))
     document = _read_file(file_path, explicit)
     tables = _file_tables(document, str(file_path))
-    environment, names = _environment_layer(env)
+    environment, variables = _environment_layer(env)
+    flag_of: dict[tuple[str, str], str] = {}
     for dotted, flag in (flag_names or {}).items():
         section, _, key = dotted.partition(".")
-        names[(section, key)] = flag
+        flag_of[(section, key)] = flag
     flags: dict[str, dict[str, Any]] = {}
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
@@ -647,7 +658,7 @@ def load_config(
         config = Config.model_validate({**merged, **tables})
     except ValidationError as error:
         first = error.errors()[0]
-        raise ConfigError(origins.describe(first, names)) from None
+        raise ConfigError(origins.describe(first, variables, flag_of)) from None
     return _fill_derived_defaults(config, env)
 
 

@@ -70,15 +70,23 @@ def test_dry_run_prints_valid_files_and_rejects_invalid_ones(tmp_path: Path) -> 
     assert [orjson.loads(line) for line in _lines(result)] == [_record("a", 1), _record("a", 2)]
 
 
-def test_an_unreadable_file_is_one_line_then_the_count(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [("missing.json", "no such file"), ("results", "is a directory, not a file")],
+)
+def test_an_unreadable_file_is_one_line_then_the_count(
+    name: str, problem: str, tmp_path: Path
+) -> None:
     good = _write_jsonl(tmp_path / "good.jsonl", [_record("a", 1)])
-    missing = tmp_path / "missing.json"
+    missing = tmp_path / name
+    if name == "results":
+        missing.mkdir()
 
     result = _publish("--dry-run", str(missing), str(good))
 
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        f"perfwatch publish: error: {missing}: no such file",
+        f"perfwatch publish: error: {missing}: {problem}",
         "perfwatch publish: error: 1 of 2 file(s) unreadable or invalid; "
         "nothing from them was sent",
     ]

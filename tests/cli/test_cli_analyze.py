@@ -109,6 +109,15 @@ def test_unknown_suffixes_are_recognised_by_content(tmp_path: Path) -> None:
     assert run_json(records) == run_json(table, *DIRECTIONS) == run_json(NIGHTLY_JSONL)
 
 
+@pytest.mark.parametrize("example", [NIGHTLY_CSV, NIGHTLY_JSONL], ids=["csv", "jsonl"])
+def test_a_windows_byte_order_mark_and_line_ends_change_nothing(
+    example: Path, tmp_path: Path
+) -> None:
+    windows = tmp_path / example.name
+    windows.write_bytes(b"\xef\xbb\xbf" + example.read_bytes().replace(b"\n", b"\r\n"))
+    assert run_json(windows, *DIRECTIONS) == run_json(example, *DIRECTIONS)
+
+
 def test_examples_are_regenerated_byte_for_byte(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("generate_examples", EXAMPLES / "generate.py")
     module = importlib.util.module_from_spec(spec)

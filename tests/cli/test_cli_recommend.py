@@ -260,9 +260,9 @@ def test_profile_runs_the_suite_through_the_plugin(tmp_path: Path) -> None:
 
 def test_published_profiles_form_a_valid_record() -> None:
     from perfwatch.adapters.identity import Identity, complete_record
-    from perfwatch.cli.profile import profile_record
     from perfwatch.contract.models import Record
     from perfwatch.contract.validation import validate_record
+    from perfwatch.readers.input_profile import profile_record
 
     profiles = [
         InputProfile("a", 10.0, 0.002, 0.001, 100, 50, 3, 4, 5),
@@ -276,6 +276,37 @@ def test_published_profiles_form_a_valid_record() -> None:
     parsed = Record.from_json(record)
     assert parsed.inputs is not None and parsed.inputs.profiles == profiles
     assert parsed.metrics["inputs_cpu_time_s"].value == pytest.approx(0.004)
+
+
+@pytest.mark.parametrize("kind", ["full_suite", "update_sample"])
+def test_an_input_profile_file_is_published_as_one_record_and_not_analysed(
+    kind: str, tmp_path: Path
+) -> None:
+    """What `pytest --perfwatch-profile=FILE` wrote reaches the stream as `profile
+    --publish` would have sent it; `analyze` says it is no history."""
+    from perfwatch.contract.models import Record
+
+    profiles = [
+        InputProfile("t.py::a", 10.0, 0.002, 0.001, 100, 50, 3, 4, 5),
+        InputProfile("t.py::b", 20.0, 0.004, 0.003, 200, 90, 5, 8, 9),
+    ]
+    path = write(tmp_path / "profiles.json", kind, profiles)
+    options = ["--dry-run", "--no-auto-identity", "--commit", "abc123"]
+    for test_options, test in (([], "input-profiles"), (["--test", "perf-suite"], "perf-suite")):
+        result = CliRunner().invoke(main, ["publish", *options, *test_options, str(path)])
+        assert result.exit_code == 0, result.output
+        (line,) = result.stdout.splitlines()
+        record = Record.from_json(orjson.loads(line))
+        assert record.test == test and record.commit == "abc123"
+        assert record.inputs is not None and record.inputs.kind == kind
+        assert record.inputs.profiles == profiles
+        totals = {"inputs_cpu_time_s": 0.004, "inputs_wall_time_s": 0.006}
+        assert {name: metric.value for name, metric in record.metrics.items()} == pytest.approx(
+            totals if kind == "full_suite" else {}
+        )
+    status, output = invoke("analyze", str(path))
+    assert status == 2
+    assert "this is an input-profile file" in output and "perfwatch recommend" in output
 
 
 def test_the_cost_counts_every_call_of_a_pass(files: dict[str, Path], tmp_path: Path) -> None:

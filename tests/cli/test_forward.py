@@ -34,7 +34,9 @@ class Webhook:
     """An HTTP server that answers each request by a plan: for the first plan key found in
     the body, the next status of its list (then 200); it records every request."""
 
-    def __init__(self, plan: dict[str, list[int | tuple[int, dict[str, str]]]]) -> None:
+    def __init__(
+        self, plan: dict[str, list[int | tuple[int, dict[str, str]]]], refusal: str = REFUSAL
+    ) -> None:
         self.plan = {key: list(answers) for key, answers in plan.items()}
         self.requests: list[tuple[bytes, str]] = []  # body, content type
         self.accepted: list[bytes] = []
@@ -48,7 +50,7 @@ class Webhook:
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
-                text = b"ok" if status == 200 else REFUSAL.encode()
+                text = b"ok" if status == 200 else refusal.encode()
                 self.send_header("Content-Length", str(len(text)))
                 self.end_headers()
                 self.wfile.write(text)
@@ -76,8 +78,10 @@ class Webhook:
 def webhook_factory() -> Iterator[Callable[..., Webhook]]:
     started: list[Webhook] = []
 
-    def start(plan: dict[str, list[int | tuple[int, dict[str, str]]]]) -> Webhook:
-        webhook = Webhook(plan)
+    def start(
+        plan: dict[str, list[int | tuple[int, dict[str, str]]]], refusal: str = REFUSAL
+    ) -> Webhook:
+        webhook = Webhook(plan, refusal)
         webhook.thread.start()
         started.append(webhook)
         return webhook
@@ -118,6 +122,14 @@ def test_gives_up_after_max_attempts_with_the_last_error(webhook_factory: Callab
     assert delivery.error == "HTTP 500 Internal Server Error: failing on purpose"
     assert sleeps == [0.5, 1.0, 1.5]  # doubling, capped at the maximum
     assert webhook.attempts["down"] == 4
+
+
+def test_an_error_page_is_reported_as_one_short_line(webhook_factory: Callable) -> None:
+    page = "<html>\n  <body>\n    <h1>Bad   gateway</h1>\n  </body>\n</html>\n" + "x" * 300
+    webhook = webhook_factory({"down": [502]}, refusal=page)
+    delivery = _sender(webhook.url, [], max_attempts=1).deliver(b'{"text": "down"}')
+    one_line = "<html> <body> <h1>Bad gateway</h1> </body> </html> " + "x" * 300
+    assert delivery.error == f"HTTP 502 Bad Gateway: {one_line[:200]}"
 
 
 def test_client_errors_are_not_retried_but_429_is(webhook_factory: Callable) -> None:

@@ -36,7 +36,6 @@ from _processor_support import (
 from perfwatch.adapters.identity import Identity, complete_record
 from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.cli.main import main
-from perfwatch.cli.profile import profile_record
 from perfwatch.config import INPUT_CLUSTERING_METHODS, Config, ConfigError, load_config
 from perfwatch.contract.codec import dumps
 from perfwatch.contract.models import InputProfile, Record, Verdict
@@ -56,7 +55,7 @@ from perfwatch.processor.recommendations import (
     INPUT_BASELINE_NAMESPACE,
     InputsHandler,
 )
-from perfwatch.readers.input_profile import InputProfileFile, write_input_profile
+from perfwatch.readers.input_profile import InputProfileFile, profile_record, write_input_profile
 from perfwatch.state import StateStore, open_store
 
 REPO = Path(__file__).resolve().parents[2]

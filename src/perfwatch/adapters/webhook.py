@@ -127,7 +127,9 @@ class WebhookSender:
                 if response.is_success:
                     return Delivery(True, attempt)
                 error = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
-                text = response.text.strip()
+                # one line of the answer (often an HTML error page): the reason is logged
+                # per verdict and kept in a dead letter's properties
+                text = " ".join(response.text.split())
                 if text:
                     error += f": {text[:200]}"
                 status = response.status_code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -91,6 +92,8 @@ _CLIENT_LOG_LEVELS = {
     "warning": pulsar.LoggerLevel.Warn,
     "error": pulsar.LoggerLevel.Error,
 }
+# The levels at which the connection check's own lines are written too.
+_VERBOSE_LOG_LEVELS = frozenset({"debug", "info"})
 
 
 def make_client(
@@ -100,22 +103,26 @@ def make_client(
     tls_trust_certs_file: str | Path | None = None,
     tls_allow_insecure: bool = False,
     operation_timeout_seconds: int = 30,
-    log_level: str = "warning",
+    log_level: str | None = "warning",
     **client_options: Any,
 ) -> pulsar.Client:
     """A `pulsar.Client` for a handle or a service URL; every perfwatch client is made here.
 
     TLS is used for ``pulsar+ssl://`` URLs. The client's own log lines of
-    `log_level` (debug, info, warning, error) and above go to stderr.
+    `log_level` (debug, info, warning, error) and above go to stderr; None: none at all.
     """
     service_url = broker.service_url if isinstance(broker, BrokerHandle) else broker
+    if log_level is None:
+        logger = pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull)
+    else:
+        logger = pulsar.FileLogger(_CLIENT_LOG_LEVELS[log_level], CLIENT_LOG_PATH)
     return pulsar.Client(
         service_url,
         authentication=pulsar.AuthenticationToken(auth_token) if auth_token else None,
         operation_timeout_seconds=operation_timeout_seconds,
         tls_trust_certs_file_path=str(tls_trust_certs_file) if tls_trust_certs_file else None,
         tls_allow_insecure_connection=tls_allow_insecure,
-        logger=pulsar.FileLogger(_CLIENT_LOG_LEVELS[log_level], CLIENT_LOG_PATH),
+        logger=logger,
         **client_options,
     )
 
@@ -142,10 +149,18 @@ def connect_client(broker: BrokerHandle, settings: ClientSettings, *, topic: str
     so the client returned keeps the usual timeout for a working broker's slower
     operations. Ctrl-C during the probe raises KeyboardInterrupt (the client reports
     it as its own `pulsar.Interrupted`).
+
+    The probe's failure is reported as one BrokerUnreachable, so its own log lines (one
+    per connection attempt) are written only at the debug and info levels.
     """
     options = client_options(settings)
+    probe_options = dict(options)
+    if settings.log_level not in _VERBOSE_LOG_LEVELS:
+        probe_options["log_level"] = None
     probe = make_client(
-        broker, operation_timeout_seconds=max(1, math.ceil(settings.connect_timeout)), **options
+        broker,
+        operation_timeout_seconds=max(1, math.ceil(settings.connect_timeout)),
+        **probe_options,
     )
     try:
         probe.get_topic_partitions(topic)

@@ -204,7 +204,7 @@ TOOL_REPORTS = {
 
 def _check_not_tool_report(path: Path) -> None:
     """SourceError for a benchmark tool's report: one run, which is no history to analyse."""
-    from perfwatch.readers.detect import detect_format
+    from perfwatch.readers.detect import INPUT_PROFILE, detect_format
 
     if path.suffix.lower() in RECORD_SUFFIXES - {".json"}:
         return  # JSON Lines: records only
@@ -212,6 +212,12 @@ def _check_not_tool_report(path: Path) -> None:
         found = detect_format(path)
     except SourceError:
         return  # none of the known formats: the record reader says what is wrong
+    if found == INPUT_PROFILE:
+        raise SourceError(
+            str(path),
+            "this is an input-profile file (per-input profiles of one test suite run), not a "
+            "history of runs: `perfwatch recommend` reads it, `perfwatch publish` sends it",
+        )
     if found in TOOL_REPORTS:
         raise SourceError(
             str(path),

@@ -151,11 +151,13 @@ log_level_option = setting_option("observability.log_level", "--log-level")
 def load_command_config(config_path: Path | str | None) -> Config:
     """The configuration with the command's setting flags applied; a bad value is an InputError."""
     from perfwatch.cli.broker import append_to_stderr
-    from perfwatch.config import ConfigError, load_config, unknown_variables
+    from perfwatch.config import FILE_ONLY_PREFIXES, ConfigError, load_config, unknown_variables
 
     # A misspelt file section is an error; a misspelt variable is at least not silent.
     for name, nearest in unknown_variables(os.environ):
         hint = "" if nearest is None else f"; did you mean {nearest}?"
+        if name.startswith(FILE_ONLY_PREFIXES):
+            hint = ": [analyzer] and [directions] are read from the configuration file only"
         report(f"{name} is not a perfwatch setting and is ignored{hint}", level="warning")
     flags = click.get_current_context().meta.get(SETTINGS_META_KEY, {})
     try:

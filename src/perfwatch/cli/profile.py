@@ -20,17 +20,19 @@ from perfwatch.cli.options import (
     records_topic_option,
 )
 from perfwatch.cli.publish import parse_attributes
-from perfwatch.contract.validation import RECORD_SCHEMA
 from perfwatch.profiler.alternate import (
     Alternation,
     AlternationError,
     Version,
     profile_alternately,
+    pytest_command,
     pytest_exit,
 )
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.input_profile import (
+    INPUT_PROFILES_TEST,
     InputProfileFile,
+    profile_record,
     read_input_profile,
     write_input_profile,
 )
@@ -142,7 +144,7 @@ if TYPE_CHECKING:
 @click.option(
     "--test",
     "test_id",
-    default="input-profiles",
+    default=INPUT_PROFILES_TEST,
     show_default=True,
     help="Test id of the published record.",
 )
@@ -221,10 +223,7 @@ def profile(
             raise SystemExit(EXIT_FOUND)
         return
     reference_file = None if reference is None else _read_profiles(reference)
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
+    arguments = [
         *pytest_args,
         f"--perfwatch-profile={output}",
         f"--perfwatch-repeats={repeats}",
@@ -232,11 +231,11 @@ def profile(
         f"--perfwatch-min-pass-ms={min_pass_ms}",
     ]
     if only is not None:
-        command.append(f"--perfwatch-only={only}")
+        arguments.append(f"--perfwatch-only={only}")
     if kind is not None:
-        command.append(f"--perfwatch-kind={kind}")
+        arguments.append(f"--perfwatch-kind={kind}")
     started = datetime.now(UTC)
-    status = subprocess.run(command, check=False).returncode
+    status = subprocess.run(pytest_command(sys.executable, arguments), check=False).returncode
     written = output.exists() and datetime.fromtimestamp(output.stat().st_mtime, UTC) >= started
     if not written:
         raise InputError(f"{pytest_exit(status)} and profiled no test; {output} was not written")
@@ -308,34 +307,6 @@ def _read_profiles(path: Path) -> InputProfileFile:
         return read_input_profile(path)
     except SourceError as error:
         raise InputError(str(error)) from None
-
-
-def profile_record(
-    profile_file: InputProfileFile, test_id: str, reference: InputProfileFile | None = None
-) -> dict[str, Any]:
-    """A partial record (identity to be completed) carrying the profiles and, for a full
-    suite, its totals as metrics (a sample's totals say nothing about the suite)."""
-    profiles = profile_file.to_json()["profiles"]
-    inputs: dict[str, Any] = {"kind": profile_file.kind, "profiles": profiles}
-    if reference is not None:
-        inputs["reference_profiles"] = reference.to_json()["profiles"]
-    metrics = {}
-    if profile_file.kind == "full_suite":
-        metrics = {
-            f"inputs_{name}": {
-                "value": sum(p[name] for p in profiles),
-                "unit": "s",
-                "direction": "lower_is_better",
-            }
-            for name in ("cpu_time_s", "wall_time_s")
-        }
-    return {
-        "schema": RECORD_SCHEMA,
-        "test": test_id,
-        "timestamp": profile_file.created,
-        "metrics": metrics,
-        "inputs": inputs,
-    }
 
 
 def _publish(partial: dict[str, Any], branch: str | None, config: Config) -> None:

@@ -78,7 +78,8 @@ def _modification_time(path: str) -> str:
 
 
 @click.command("publish")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+# not click.Path: a directory among the files is reported as a bad file, and the others sent
+@click.argument("files", nargs=-1, required=True)
 @broker_options
 @records_topic_option
 @click.option(
@@ -119,9 +120,9 @@ def publish(
     dry_run: bool,
 ) -> None:
     """Publish FILE... (perfwatch JSON/JSON Lines, Otava CSV, pytest-benchmark,
-    Google Benchmark or hyperfine JSON, and counter samples: perfmon/typeperf CSV,
-    or plain counter CSV with --format counters-csv) to the records topic, keyed by
-    test id.
+    Google Benchmark or hyperfine JSON, counter samples: perfmon/typeperf CSV, or
+    plain counter CSV with --format counters-csv, and the input-profile files of
+    perfwatch profile and its pytest plugin) to the records topic, keyed by test id.
 
     Every record is validated first; a file with an invalid record is reported
     (file, position, JSON path) and nothing from it is sent. Exits 0 only when

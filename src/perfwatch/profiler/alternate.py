@@ -48,6 +48,24 @@ PYTEST_STATUSES = {
 }
 
 
+# How perfwatch starts pytest: as ``python -m pytest`` would, but Ctrl-C while pytest is
+# still importing itself or its plugins (before it handles Ctrl-C itself) ends the process
+# with status 130 instead of a traceback among perfwatch's messages.
+_PYTEST_MAIN = """\
+import sys
+try:
+    import pytest
+    sys.exit(pytest.console_main())
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def pytest_command(python: str, arguments: Sequence[str]) -> list[str]:
+    """The command running pytest with `arguments` under the interpreter `python`."""
+    return [python, "-c", _PYTEST_MAIN, *arguments]
+
+
 def pytest_exit(status: int) -> str:
     """``pytest exited with status 2 (errors while collecting the tests, ...)``."""
     meaning = PYTEST_STATUSES.get(status)
@@ -358,18 +376,18 @@ def _round_in_turns(
         for version in order:
             ready_read, ready_write = os.pipe()
             go_read, go_write = os.pipe()
-            command = [
+            command = pytest_command(
                 version.python,
-                "-m",
-                "pytest",
-                *pytest_args,
-                f"--perfwatch-profile={outputs[version.name]}",
-                *options,
-                f"--perfwatch-lockstep={ready_write},{go_read}",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-            ]
+                [
+                    *pytest_args,
+                    f"--perfwatch-profile={outputs[version.name]}",
+                    *options,
+                    f"--perfwatch-lockstep={ready_write},{go_read}",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                ],
+            )
             process = subprocess.Popen(
                 command,
                 cwd=version.directory,

@@ -1,9 +1,10 @@
 """Which kind of file is this, and its (partial) records.
 
 Formats: perfwatch records (JSON or JSON Lines), Otava-style CSV, the
-JSON reports of pytest-benchmark, Google Benchmark and hyperfine, and the
-counter samples of one run (Windows perfmon/typeperf/relog CSV, or a plain
-counter CSV: one row per sample). The file name's extension decides for
+JSON reports of pytest-benchmark, Google Benchmark and hyperfine, input-profile
+files (one record carrying their per-input profiles), and the counter samples
+of one run (Windows perfmon/typeperf/relog CSV, or a plain counter CSV: one row
+per sample). The file name's extension decides for
 `.csv`, `.tsv`, `.jsonl` and `.ndjson`, except that a CSV whose header is a
 perfmon header is perfmon; a JSON document is recognised by its shape. A
 plain counter CSV looks like an Otava CSV (a time column, numbers), so it is
@@ -25,6 +26,7 @@ from perfwatch.readers.google_benchmark import (
     records_from_google_benchmark,
 )
 from perfwatch.readers.hyperfine import looks_like_hyperfine, records_from_hyperfine
+from perfwatch.readers.input_profile import looks_like_input_profile, records_from_input_profile
 from perfwatch.readers.jsonl import read_records
 from perfwatch.readers.otava_csv import read_otava_csv
 from perfwatch.readers.perfmon_header import starts_like_perfmon
@@ -42,6 +44,7 @@ GOOGLE_BENCHMARK = "google-benchmark"
 HYPERFINE = "hyperfine"
 PERFMON = "perfmon"
 COUNTERS_CSV = "counters-csv"
+INPUT_PROFILE = "input-profile"
 FORMATS = (
     PERFWATCH,
     OTAVA_CSV,
@@ -50,6 +53,7 @@ FORMATS = (
     HYPERFINE,
     PERFMON,
     COUNTERS_CSV,
+    INPUT_PROFILE,
 )
 
 # Reports of benchmark tools: a recogniser and a converter, tried in this order.
@@ -100,13 +104,16 @@ def detect_format(path: str | Path) -> str:
 def _format_of_document(document: Any, source: str) -> str:
     if _looks_like_perfwatch(document):
         return PERFWATCH
+    if looks_like_input_profile(document):
+        return INPUT_PROFILE
     for name, (recognises, _) in _TOOL_REPORTS.items():
         if recognises(document):
             return name
     raise SourceError(
         source,
-        "not a perfwatch record file, Otava CSV, perfmon CSV, or a pytest-benchmark, Google "
-        f"Benchmark or hyperfine JSON report; name the format with --format ({', '.join(FORMATS)})",
+        "not a perfwatch record file, input-profile file, Otava CSV, perfmon CSV, or a "
+        "pytest-benchmark, Google Benchmark or hyperfine JSON report; name the format with "
+        f"--format ({', '.join(FORMATS)})",
     )
 
 
@@ -133,6 +140,10 @@ def read_input_file(path: str | Path, file_format: str | None = None) -> InputFi
         return InputFile(
             source, file_format, [counter_record(path, samples)], names_benchmarks=False
         )
+    if file_format == INPUT_PROFILE:
+        document = load_json_document(read_source(path), source)
+        records = records_from_input_profile(document, source)
+        return InputFile(source, file_format, records, names_benchmarks=False)
     if file_format not in _TOOL_REPORTS:
         raise SourceError(source, f"unknown format {file_format!r}; known: {', '.join(FORMATS)}")
     document = load_json_document(read_source(path), source)

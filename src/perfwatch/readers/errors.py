@@ -29,10 +29,17 @@ class SourceError(ValueError):
         super().__init__(f"{':'.join(location)}: {message}")
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def read_source(path: str | Path) -> bytes:
-    """The bytes of an input file, or a SourceError saying why it cannot be read."""
+    """The bytes of an input file, or a SourceError saying why it cannot be read.
+
+    A leading UTF-8 byte-order mark, which Windows tools write, is dropped: every
+    format then reads such a file as it reads one without.
+    """
     try:
-        return Path(path).read_bytes()
+        return Path(path).read_bytes().removeprefix(UTF8_BOM)
     except FileNotFoundError:
         raise SourceError(path, "no such file") from None
     except IsADirectoryError:

@@ -24,12 +24,15 @@ from perfwatch.contract.models import InputProfile, Record
 from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.validation import RECORD_SCHEMA, RecordError, load_schema
 from perfwatch.readers.errors import SourceError, read_source
+from perfwatch.readers.tool_json import LocatedRecord
 
 if TYPE_CHECKING:  # jsonschema is imported when a file is first validated
     from jsonschema import Draft202012Validator
 
 INPUT_PROFILE_SCHEMA = "perfwatch.input-profile/v1"
 ProfileKind = Literal["full_suite", "update_sample"]
+# The test id of the record carrying a file's profiles, unless the user names another.
+INPUT_PROFILES_TEST = "input-profiles"
 
 
 @dataclass(frozen=True)
@@ -171,3 +174,42 @@ def _problems(doc: Any) -> list[str]:
     if repeated:
         problems.append(f"$.profiles: input_id {repeated[0]!r} appears more than once")
     return problems
+
+
+def profile_record(
+    profile_file: InputProfileFile, test_id: str, reference: InputProfileFile | None = None
+) -> dict[str, Any]:
+    """A partial record (identity to be completed) carrying the profiles and, for a full
+    suite, its totals as metrics (a sample's totals say nothing about the suite)."""
+    profiles = profile_file.to_json()["profiles"]
+    inputs: dict[str, Any] = {"kind": profile_file.kind, "profiles": profiles}
+    if reference is not None:
+        inputs["reference_profiles"] = reference.to_json()["profiles"]
+    metrics = {}
+    if profile_file.kind == "full_suite":
+        metrics = {
+            f"inputs_{name}": {
+                "value": sum(p[name] for p in profiles),
+                "unit": "s",
+                "direction": "lower_is_better",
+            }
+            for name in ("cpu_time_s", "wall_time_s")
+        }
+    return {
+        "schema": RECORD_SCHEMA,
+        "test": test_id,
+        "timestamp": profile_file.created,
+        "metrics": metrics,
+        "inputs": inputs,
+    }
+
+
+def looks_like_input_profile(document: Any) -> bool:
+    """Whether a JSON document is an input-profile file."""
+    return isinstance(document, dict) and document.get("schema") == INPUT_PROFILE_SCHEMA
+
+
+def records_from_input_profile(document: Any, source: str) -> list[LocatedRecord]:
+    """The record carrying an input-profile file's profiles (test `INPUT_PROFILES_TEST`)."""
+    profile_file = input_profile_from_json(document, source=source)
+    return [LocatedRecord("profiles", profile_record(profile_file, INPUT_PROFILES_TEST))]

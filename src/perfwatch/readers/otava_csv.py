@@ -237,7 +237,7 @@ def _split_rows(text: str, separator: str | None, source: str) -> _Table:
 def _read_text(path: Path) -> str:
     data = read_source(path)
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line_start = data.rfind(b"\n", 0, error.start) + 1
         raise SourceError(

@@ -101,7 +101,7 @@ def csv_rows(path: Path) -> list[tuple[int, list[str]]]:
     """A CSV file's non-blank rows with their 1-based line numbers; SourceError when
     the file cannot be read as CSV text."""
     try:
-        text = read_source(path).decode("utf-8-sig")
+        text = read_source(path).decode("utf-8")
     except UnicodeDecodeError as error:
         raise SourceError(path, f"not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     delimiter = "\t" if first_header_text(text).startswith(PDH_TSV_MARKER) else ","

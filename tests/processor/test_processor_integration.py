@@ -128,8 +128,8 @@ def test_kill_9_mid_stream_then_restart(
         # that passes still checks the outcome in full.
         request.node.add_marker(
             pytest.mark.xfail(
-                reason="pulsar-lite 0.2.0: after a consumer's process is killed, its "
-                "unacknowledged records sometimes reach no later consumer (3 of 7 runs)",
+                reason="embedded broker: the restarted serve sometimes receives nothing "
+                "(docs/brokers.md; cause not established)",
                 strict=False,
             )
         )

@@ -36,6 +36,9 @@ def test_plain_csv(tmp_path: Path) -> None:
     assert math.isnan(samples.values[1, 0]) and math.isnan(samples.values[2, 0])
     named = write(tmp_path, "named.csv", "cpu,when,mem\n1,0,2\n")
     assert read_counter_csv(named, time_column="when").names == ["cpu", "mem"]
+    # A header with a comma is comma-separated, whatever else its names hold.
+    semicolon_in_name = write(tmp_path, "names.csv", "time,cpu;total\n0,1\n")
+    assert read_counter_csv(semicolon_in_name).names == ["cpu;total"]
 
 
 @pytest.mark.parametrize(
@@ -46,6 +49,11 @@ def test_plain_csv(tmp_path: Path) -> None:
         ("time,cpu,cpu\n0,1,2\n", ":1:3:", "appears twice"),
         ("time,cpu\n", ":2:", "no samples"),
         ("time\n0\n", ":1:", "no counter column"),
+        (
+            "time;cpu\n0;1,5\n",
+            ":2:2:",
+            "not a number: '1,5' (counter 'cpu'); write numbers with a decimal point",
+        ),
         ("time,cpu\n0,inf\n", ":2:2:", "infinite"),
         ("", ":1:", "empty file"),
     ],
@@ -147,9 +155,9 @@ def _perfmon(host: str, *, separator: str = ",", marker: str = "(PDH-CSV 4.0)") 
     return "\r\n".join(lines) + "\r\n"
 
 
-def _plain(names: list[str]) -> str:
-    lines = ["time," + ",".join(names)]
-    lines += [f"{5 * i}," + ",".join(repr(v) for v in row) for i, row in enumerate(SAMPLES)]
+def _plain(names: list[str], separator: str = ",") -> str:
+    lines = [separator.join(["time", *names])]
+    lines += [separator.join([str(5 * i), *map(repr, row)]) for i, row in enumerate(SAMPLES)]
     return "\n".join(lines) + "\n"
 
 
@@ -167,6 +175,9 @@ FORMATS = {
         _plain([f"\\\\WEB02\\{p}" for p in PATHS]),
     ),
     "plain CSV, counter paths": ("plain.csv", _plain([f"\\{p}" for p in PATHS])),
+    # as spreadsheets save CSV where the decimal mark is a comma
+    "plain CSV, semicolons": ("semicolons.csv", _plain([f"\\{p}" for p in PATHS], ";")),
+    "plain CSV, tabs": ("tabs.csv", _plain([f"\\{p}" for p in PATHS], "\t")),
     "record": (
         "run.json",
         orjson.dumps(

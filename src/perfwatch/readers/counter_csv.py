@@ -2,7 +2,8 @@
 ``read_counter_runs``) every format ``perfwatch compare`` accepts.
 
 Plain CSV: a header row, a time column (the first column unless named), then one column
-per counter; one row per sample. Empty cells, ``NaN`` and ``null`` are missing samples.
+per counter; one row per sample. Cells are separated by commas, or by semicolons or tabs
+when the header line has no comma. Empty cells, ``NaN`` and ``null`` are missing samples.
 The time values are not interpreted: rows are samples in file order. Counter names are
 made canonical as in every counter format (``counter_names``: a common ``\\\\HOST`` prefix
 of Windows counter paths is dropped), so a plain CSV export, a perfmon or typeperf file

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from perfwatch.readers.perfmon_header import (
 )
 
 MISSING_CELLS = {"", "nan", "null", "na"}  # after stripping, case-insensitive
+_DECIMAL_COMMA = re.compile(r"[-+]?\d*,\d+")
 
 
 def is_perfmon_header(rows: list[tuple[int, list[str]]]) -> bool:
@@ -104,13 +106,24 @@ def csv_rows(path: Path) -> list[tuple[int, list[str]]]:
         text = read_source(path).decode("utf-8")
     except UnicodeDecodeError as error:
         raise SourceError(path, f"not UTF-8 text (byte {error.start}); save it as UTF-8") from None
-    delimiter = "\t" if first_header_text(text).startswith(PDH_TSV_MARKER) else ","
+    delimiter = _delimiter(first_header_text(text))
     # newline="" as csv wants: quoted cells may hold line breaks of their own
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
         return [(reader.line_num, row) for row in reader if any(cell.strip() for cell in row)]
     except csv.Error as error:
         raise SourceError(path, f"malformed CSV: {error}") from None
+
+
+def _delimiter(header_text: str) -> str:
+    """Comma, unless the header line has none but semicolons (as spreadsheets write where
+    the decimal mark is a comma) or tabs; a perfmon TSV header: tab."""
+    if header_text.startswith(PDH_TSV_MARKER):
+        return "\t"
+    header_line = header_text.split("\n", 1)[0]
+    if "," in header_line:
+        return ","
+    return max((",", ";", "\t"), key=header_line.count)
 
 
 def _counter_path(path: Path, line: int, column: int, cell: str) -> str:
@@ -152,8 +165,9 @@ def parse_sample(path: Path, line: int, column: int, cell: str, counter: str = "
     try:
         value = float(text)
     except ValueError:
+        hint = "; write numbers with a decimal point" if _DECIMAL_COMMA.fullmatch(text) else ""
         raise SourceError(
-            path, f"not a number: {cell!r}{about}", line=line, column=column
+            path, f"not a number: {cell!r}{about}{hint}", line=line, column=column
         ) from None
     if math.isinf(value):
         raise SourceError(path, f"infinite value: {cell!r}{about}", line=line, column=column)

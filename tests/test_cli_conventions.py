@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -333,6 +336,60 @@ def test_client_log_level_is_the_users_choice(record_file: Path) -> None:
     # Asked for, the client's lines show each attempt, on stderr.
     assert " DEBUG [" in chosen.stderr and "Connection refused" in chosen.stderr
     assert default.stdout == chosen.stdout == ""
+
+
+def _dashboard_run(
+    tmp_path: Path, *args: str, until: Callable[[list[str]], bool]
+) -> tuple[str, int]:
+    """Run `perfwatch dashboard --port 0` against the closed broker port and Ctrl-C it once
+    its stderr lines satisfy `until` (or it ended): its stderr, and the status of a health
+    request to the URL it logged, sent just before."""
+    process = subprocess.Popen(
+        [*PERFWATCH, "dashboard", "--port", "0", "--pulsar-url", CLOSED_PORT_URL,
+         "--connect-timeout", "1", "--store", f"sqlite:///{tmp_path / 'state.db'}", *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    # Read in a thread: a dashboard that never logs enough must not hang the test.
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr or ()), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not until(lines) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    status = 0
+    urls = re.findall(r"dashboard starting url=(\S+)", "".join(lines))
+    if urls and process.poll() is None:
+        with urllib.request.urlopen(f"{urls[0]}healthz", timeout=30) as response:
+            status = response.status
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=60)
+    reader.join(timeout=10)
+    return "".join(lines), status
+
+
+def test_dashboard_reports_an_unreachable_broker_once_and_its_real_port(tmp_path: Path) -> None:
+    def retried_twice(lines: list[str]) -> bool:
+        retries = "DEBUG perfwatch.dashboard: verdicts topic unavailable"
+        return sum(retries in line for line in lines) >= 2
+
+    stderr, health = _dashboard_run(tmp_path, "--log-level", "debug", until=retried_twice)
+    assert retried_twice(stderr.splitlines()), stderr
+    # Three connection attempts failed: one warning, the retries at debug level, and
+    # none of the client's own lines (one per attempt) at its default level.
+    warnings = [line for line in stderr.splitlines() if "WARNING perfwatch.dashboard" in line]
+    assert len(warnings) == 1 and "verdicts topic unavailable" in warnings[0], stderr
+    assert "ClientConnection" not in stderr and "Connection refused" not in stderr
+    # --port 0: the URL logged is the one the dashboard answers on.
+    assert "url=http://127.0.0.1:0/" not in stderr
+    assert health == 200, stderr
+
+
+def test_dashboard_shows_the_clients_log_lines_at_info(tmp_path: Path) -> None:
+    def refused(lines: list[str]) -> bool:
+        return any("Connection refused" in line for line in lines)
+
+    stderr, _ = _dashboard_run(tmp_path, "--pulsar-log-level", "info", until=refused)
+    assert refused(stderr.splitlines()), stderr
 
 
 def test_client_log_lines_and_messages_share_a_redirected_stderr(

@@ -142,7 +142,8 @@ class BrokerConfig(Section):
     log_level: LogLevel = setting(
         "warning",
         "Lowest level of the Pulsar client's own log lines (written to stderr). Those of the "
-        "first connection, whose failure is perfwatch's one error line, only at debug or info.",
+        "connection attempts perfwatch reports itself (the first connection: one error line; "
+        "the dashboard's: one warning an outage) only at debug or info.",
     )
 
 

@@ -8,6 +8,8 @@ run-or-skip verdicts from the real detectors. The browser tests
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
@@ -21,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
+from perfwatch.brokers import open_broker
 from perfwatch.cli.main import main
 from perfwatch.config import Config
 from perfwatch.contract.codec import dumps
@@ -38,6 +41,7 @@ from perfwatch.contract.verdicts import Finding, VerdictPolicy, episodes_of
 from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.analysis import ChangePointAnalysis, episodes, status_of
 from perfwatch.dashboard.app import DashboardSettings, create_app, plotly_js_path
+from perfwatch.dashboard.live import TopicListener, TopicSettings
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
 from perfwatch.detectors.inputs import (
     InputClustering,
@@ -785,6 +789,28 @@ def test_store_poller_sends_each_new_verdict_once(
     state.on_topic_message(orjson.dumps(events[0]["item"]["verdict"]))
     assert queue.empty()
     client.portal.call(state.hub.unsubscribe, queue)
+
+
+def test_a_broker_lost_while_followed_is_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client reconnects by itself; the listener says once that the topic is
+    unavailable. (The client's own lines are checked in a dashboard process of its own:
+    the Pulsar client keeps the logger of a process's first client, here the fixture's.)"""
+    topic = "persistent://public/default/dashboard-broker-lost"
+    with open_broker(None, data_dir=tmp_path / "broker") as broker:
+        listener = TopicListener(TopicSettings(broker.service_url, topic), lambda _: None)
+        listener.start()
+        assert listener.connected.wait(60), listener.last_error
+    deadline = time.monotonic() + 60
+    while listener.connected.is_set() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    listener.stop()
+    assert listener.last_error == "connection to the broker lost"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [
+        "verdicts topic unavailable; the client reconnects (the store is still polled)"
+    ]
 
 
 def test_dashboard_command_rejects_a_bad_store_url(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ _CLIENT_LOG_LEVELS = {
     "warning": pulsar.LoggerLevel.Warn,
     "error": pulsar.LoggerLevel.Error,
 }
-# The levels at which the connection check's own lines are written too.
+# The levels at which a client writes its own connection failures that perfwatch reports.
 _VERBOSE_LOG_LEVELS = frozenset({"debug", "info"})
 
 
@@ -127,6 +127,12 @@ def make_client(
     )
 
 
+def quiet_log_level(log_level: str) -> str | None:
+    """The log level of a client whose connection failures perfwatch reports itself: its
+    own lines, one per connection attempt, only at debug and info."""
+    return log_level if log_level in _VERBOSE_LOG_LEVELS else None
+
+
 def client_options(settings: ClientSettings) -> dict[str, Any]:
     """`make_client` options for the configured credentials, TLS, timeout and log level."""
     return {
@@ -154,13 +160,10 @@ def connect_client(broker: BrokerHandle, settings: ClientSettings, *, topic: str
     per connection attempt) are written only at the debug and info levels.
     """
     options = client_options(settings)
-    probe_options = dict(options)
-    if settings.log_level not in _VERBOSE_LOG_LEVELS:
-        probe_options["log_level"] = None
     probe = make_client(
         broker,
         operation_timeout_seconds=max(1, math.ceil(settings.connect_timeout)),
-        **probe_options,
+        **{**options, "log_level": quiet_log_level(settings.log_level)},
     )
     try:
         probe.get_topic_partitions(topic)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from perfwatch._optional import require
-from perfwatch.cli.errors import InputError, ServiceUnavailable, check_port_free
+from perfwatch.cli.errors import InputError, ServiceUnavailable, bound_socket
 from perfwatch.cli.options import (
     FiniteFloatRange,
     broker_options,
@@ -75,7 +75,9 @@ def dashboard(
     for module in DASHBOARD_MODULES:
         require(module, "dashboard", feature="the dashboard")
     config = load_command_config(config_path)
-    check_port_free(host, port, "--port")
+    # Bound here, not by the server: a port in use is bad input, and --port 0's port is known.
+    listening = bound_socket(host, port, "--port")
+    click.get_current_context().call_on_close(listening.close)
 
     import uvicorn
 
@@ -124,11 +126,15 @@ def dashboard(
             access_log=level == "debug",
         )
     )
+    url_host = f"[{host}]" if ":" in host else host
     logging.getLogger("perfwatch.dashboard").info(
         "dashboard starting",
-        extra={"url": f"http://{host}:{port}/", "store": config.store.url.split("@")[-1]},
+        extra={
+            "url": f"http://{url_host}:{listening.getsockname()[1]}/",
+            "store": config.store.url.split("@")[-1],
+        },
     )
-    server.run()
+    server.run(sockets=[listening])
 
 
 def _embedded_locator(embedded_dir: Path | None) -> Any:

@@ -171,22 +171,29 @@ class CommandLineGroup(click.Group):
 
 def check_port_free(host: str, port: int, option: str) -> None:
     """InputError unless a server could listen on `host`:`port` now (port 0 is always free)."""
-    if port == 0:
-        return
+    if port != 0:
+        bound_socket(host, port, option).close()
+
+
+def bound_socket(host: str, port: int, option: str) -> socket.socket:
+    """A socket bound to `host`:`port` (port 0: one the system picks), for a server to
+    listen on; InputError naming `option` when the address cannot be bound."""
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     except socket.gaierror as error:
         raise InputError(f"{option}: cannot listen on {host!r}: {error.strerror}") from None
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # As servers bind: connections of a just-stopped server in TIME_WAIT do not count.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                raise InputError(
-                    f"port {port} on {host} is already in use (another perfwatch or another "
-                    f"server?); stop it or choose another port with {option}"
-                ) from None
-            problem = error.strerror
-            raise InputError(f"{option}: cannot listen on {host}:{port}: {problem}") from None
+    bound = socket.socket(family, socket.SOCK_STREAM)
+    # As servers bind: connections of a just-stopped server in TIME_WAIT do not count.
+    bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        bound.bind((host, port))
+    except OSError as error:
+        bound.close()
+        if error.errno == errno.EADDRINUSE:
+            raise InputError(
+                f"port {port} on {host} is already in use (another perfwatch or another "
+                f"server?); stop it or choose another port with {option}"
+            ) from None
+        problem = error.strerror
+        raise InputError(f"{option}: cannot listen on {host}:{port}: {problem}") from None
+    return bound

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -108,6 +109,7 @@ class TopicListener:
         self._thread = threading.Thread(target=self._run, name="verdicts-topic", daemon=True)
         self.connected = threading.Event()
         self.last_error: str | None = None
+        self._outage_reported = False
 
     def start(self) -> None:
         self._thread.start()
@@ -117,8 +119,12 @@ class TopicListener:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        from perfwatch.brokers.handle import client_options, make_client
+        from perfwatch.brokers.handle import client_options, make_client, quiet_log_level
 
+        broker = self.settings.broker
+        # The listener reports an outage itself, once: the client's line for every
+        # connection attempt only at the debug and info levels.
+        options = {**client_options(broker), "log_level": quiet_log_level(broker.log_level)}
         delay = 0.5
         while not self._stop.is_set():
             service_url = self._locate()
@@ -129,13 +135,17 @@ class TopicListener:
                 continue
             client = make_client(
                 service_url,
-                operation_timeout_seconds=10,
-                **client_options(self.settings.broker),
+                operation_timeout_seconds=max(1, math.ceil(broker.connect_timeout)),
+                **options,
             )
             try:
                 if self.settings.subscription is None:
                     reader = client.create_reader(self.settings.topic, pulsar.MessageId.latest)
-                    self._follow(partial(reader.read_next, timeout_millis=250), lambda _: None)
+                    self._follow(
+                        partial(reader.read_next, timeout_millis=250),
+                        lambda _: None,
+                        reader.is_connected,
+                    )
                     reader.close()
                 else:
                     consumer = client.subscribe(
@@ -145,17 +155,21 @@ class TopicListener:
                         initial_position=pulsar.InitialPosition.Latest,
                     )
                     self._follow(
-                        partial(consumer.receive, timeout_millis=250), consumer.acknowledge
+                        partial(consumer.receive, timeout_millis=250),
+                        consumer.acknowledge,
+                        consumer.is_connected,
                     )
                     consumer.close()
             except pulsar.PulsarException as err:
                 if self.connected.is_set():  # it was following: start the back-off again
                     delay = 0.5
                 self.last_error = f"{type(err).__name__}: {err}"
-                log.warning(
+                # One warning an outage; each retry after it at debug level.
+                (log.debug if self._outage_reported else log.warning)(
                     "verdicts topic unavailable; retrying (the store is still polled)",
                     extra={"topic": self.settings.topic, "error": self.last_error},
                 )
+                self._outage_reported = True
             finally:
                 self.connected.clear()
                 client.close()
@@ -170,15 +184,23 @@ class TopicListener:
         self,
         next_message: Callable[[], pulsar.Message],
         done: Callable[[pulsar.Message], None],
+        is_connected: Callable[[], bool],
     ) -> None:
-        """Hand each message over until stopped; `done` after each (a consumer's ack)."""
-        self.connected.set()
-        self.last_error = None
-        log.info("following the verdicts topic", extra={"topic": self.settings.topic})
+        """Hand each message over until stopped; `done` after each (a consumer's ack).
+
+        The client reconnects by itself when the broker goes away; the outage and the
+        return are logged here, once each.
+        """
+        self._following()
         while not self._stop.is_set():
             try:
                 message = next_message()
             except pulsar.Timeout:
+                now_connected = is_connected()
+                if now_connected and not self.connected.is_set():
+                    self._following()
+                elif not now_connected and self.connected.is_set():
+                    self._lost()
                 continue
             try:
                 self._on_verdict(message.data())
@@ -186,6 +208,21 @@ class TopicListener:
                 # A verdict the page cannot show must not stop the feed.
                 log.exception("a verdict from the topic could not be shown")
             done(message)
+
+    def _following(self) -> None:
+        self.connected.set()
+        self.last_error = None
+        self._outage_reported = False
+        log.info("following the verdicts topic", extra={"topic": self.settings.topic})
+
+    def _lost(self) -> None:
+        self.connected.clear()
+        self.last_error = "connection to the broker lost"
+        self._outage_reported = True
+        log.warning(
+            "verdicts topic unavailable; the client reconnects (the store is still polled)",
+            extra={"topic": self.settings.topic, "error": self.last_error},
+        )
 
 
 def decode_verdict(data: bytes) -> dict[str, Any] | None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import orjson
 import pytest
 
@@ -181,3 +186,23 @@ def test_a_negative_minimum_pass_time_is_a_usage_error(pytester: pytest.Pytester
     result = pytester.runpytest("--perfwatch-profile=out.json", "--perfwatch-min-pass-ms=-1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--perfwatch-min-pass-ms must be from 0 to 60000, got -1.0*"])
+
+
+def test_the_example_suite_runs_warning_free_with_the_plain_install_plugins(
+    tmp_path: Path,
+) -> None:
+    """Only perfwatch's own plugin, as after `pip install perfwatch pytest`: the example
+    suite reads no pytest setting of the repository's dev tools (pytest-timeout's)."""
+    suite = Path(__file__).parents[2] / "examples" / "config_service" / "perf_suite"
+    output = tmp_path / "suite.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "perfwatch.profiler.pytest_plugin",
+         "-p", "no:cacheprovider", f"--perfwatch-profile={output}", "--perfwatch-repeats=1",
+         str(suite)],
+        env=os.environ | {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "CONFIG_SERVICE_INPUTS": "4"},
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "4 passed in" in completed.stdout
+    assert "warning" not in completed.stdout.lower(), completed.stdout
+    assert len(read_input_profile(output).profiles) == 4

@@ -110,6 +110,8 @@ def make_client(
 
     TLS is used for ``pulsar+ssl://`` URLs. The client's own log lines of
     `log_level` (debug, info, warning, error) and above go to stderr; None: none at all.
+    The Pulsar client keeps the logger of a process's first client (level and file) for
+    every later one.
     """
     service_url = broker.service_url if isinstance(broker, BrokerHandle) else broker
     if log_level is None:

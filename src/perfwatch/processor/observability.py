@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,9 @@ class ProcessorMetrics:
 
     def serve(self, host: str, port: int) -> Callable[[], None]:
         """Expose /metrics on host:port; returns the function that stops it."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        exposed = CollectorRegistry(auto_describe=False)
+        exposed.register(_WithoutCreated(self.registry))
+        server, thread = start_http_server(port, addr=host, registry=exposed)
 
         def stop() -> None:
             server.shutdown()
@@ -104,6 +108,19 @@ class ProcessorMetrics:
             thread.join(5)
 
         return stop
+
+
+class _WithoutCreated(Collector):
+    """`registry`'s metrics without their `_created` samples: the Prometheus text format
+    writes those as gauges of their own, repeating each counter's and histogram's HELP."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
 
 
 # Attributes every LogRecord has; anything else was passed in `extra=`.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -129,8 +129,12 @@ _LOG_RECORD_ATTRIBUTES = frozenset(
 )
 
 
+# uvicorn's lines carry a copy of their message with terminal colours.
+_NOT_FIELDS = _LOG_RECORD_ATTRIBUTES | {"color_message"}
+
+
 def _extra_fields(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in vars(record).items() if k not in _LOG_RECORD_ATTRIBUTES}
+    return {k: v for k, v in vars(record).items() if k not in _NOT_FIELDS}
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -161,11 +165,15 @@ class TextLogFormatter(logging.Formatter):
         return f"{text} {fields}" if fields else text
 
 
-def configure_logging(log_format: str, level: str) -> None:
-    """Send perfwatch's logs to stderr as text or JSON lines."""
+def configure_logging(
+    log_format: str, level: str, loggers: Sequence[str] = ("perfwatch",)
+) -> None:
+    """Send the logs of `loggers` (perfwatch's own, and those of a library whose lines
+    should read the same) to stderr as text or JSON lines."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLogFormatter() if log_format == "json" else TextLogFormatter())
-    root = logging.getLogger("perfwatch")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    for name in loggers:
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level.upper())
+        logger.propagate = False

@@ -71,8 +71,6 @@ def report(message: str, command_path: str | None = None, *, level: str = "error
     if command_path is None:
         context = click.get_current_context(silent=True)
         command_path = context.command_path if context is not None else PROGRAM
-    # One line even when a library's message spans several (libpq adds its hints so).
-    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     click.echo(f"{command_path}: {level}: {message}", err=True)
 
 

@@ -165,9 +165,7 @@ class TextLogFormatter(logging.Formatter):
         return f"{text} {fields}" if fields else text
 
 
-def configure_logging(
-    log_format: str, level: str, loggers: Sequence[str] = ("perfwatch",)
-) -> None:
+def configure_logging(log_format: str, level: str, loggers: Sequence[str] = ("perfwatch",)) -> None:
     """Send the logs of `loggers` (perfwatch's own, and those of a library whose lines
     should read the same) to stderr as text or JSON lines."""
     handler = logging.StreamHandler()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -328,6 +329,29 @@ def test_watch_leaves_no_subscription_behind(
     )
     assert result.exit_code == 0, result.output
     _eventually_subscriptions(pulsar_broker, topic, [])
+
+
+def test_sigterm_stops_watch_cleanly(
+    embedded_broker: BrokerHandle, unique_topic: Callable[[str], str]
+) -> None:
+    """A service manager's stop ends watch as --limit does: exit status 0, no traceback."""
+    topic = unique_topic("verdicts")
+    client = make_client(embedded_broker)
+    _produce(client, topic, [dumps(verdict())])
+    client.close()
+    watcher = subprocess.Popen(
+        [*PERFWATCH, "watch", "--no-color", *_on(embedded_broker, topic), "--from-earliest"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "REGRESSION" in _read_line(watcher.stdout, 60)
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        _, stderr = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, stderr
+    assert "Traceback" not in stderr
 
 
 def test_a_killed_watch_leaves_nothing_and_a_named_subscription_is_kept(

@@ -423,12 +423,17 @@ def test_connect_timeout_comes_from_the_config_file(record_file: Path) -> None:
     assert "no answer within 1.5 s" in completed.stderr
 
 
-def test_unreachable_postgresql_store_is_exit_status_3() -> None:
+@pytest.mark.parametrize(
+    "command", [["dashboard", "--port", "0", "--no-follow-topic"], ["serve", "--name", "unreached"]]
+)
+def test_unreachable_postgresql_store_is_exit_status_3_and_one_line(command: list[str]) -> None:
     store = "postgresql://perfwatch@127.0.0.1:1/perfwatch"
-    result = _invoke("dashboard", "--port", "0", "--no-follow-topic", "--store", store)
+    result = _invoke(*command, "--store", store)
     assert result.exit_code == 3, result.output
-    line = _error_line(result.stderr, "dashboard")
+    line = _error_line(result.stderr, command[0])
     assert "state store unavailable" in line and "127.0.0.1" in line
+    # libpq's message has a hint on a line of its own: still one line.
+    assert result.stderr.strip().splitlines() == [line]
 
 
 def test_malformed_broker_url_is_bad_input(record_file: Path) -> None:

@@ -366,6 +366,10 @@ def test_compose_perfwatch_services_become_healthy_and_work_together(
     } == {25}
     with urllib.request.urlopen(f"http://127.0.0.1:{ports['9464']}/metrics", timeout=10) as r:
         assert re.search(rb"^perfwatch_records_processed_total 40\.0$", r.read(), re.MULTILINE)
+    # The compose file asks for JSON logs: every line, the dashboard's web server's too.
+    assert services["dashboard"]["environment"]["PERFWATCH_OBSERVABILITY_LOG_FORMAT"] == "json"
+    log_lines = (tmp_path / "dashboard.log").read_text().splitlines()
+    assert "uvicorn.error" in {json.loads(line)["logger"] for line in log_lines}
 
 
 def broker_url(embedded_dir: Path) -> str:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +32,7 @@ from perfwatch.cli.main import main
 from perfwatch.contract.codec import dumps
 
 REFUSAL = "failing on purpose"
+PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"]
 
 
 class Webhook:
@@ -391,6 +396,43 @@ def test_a_forwarder_stopped_while_holding_a_group_gets_its_verdicts_again(
     assert stats.delivered == 1
     [body] = webhook.accepted
     assert "2 series" in orjson.loads(body)["text"]
+
+
+def test_sigterm_posts_the_groups_held_and_stops_cleanly(
+    embedded_broker: BrokerHandle, incident_feed: tuple[str, Webhook, IncidentStream]
+) -> None:
+    """A service manager's stop ends the forwarder as --limit does, not by the signal."""
+    topic, webhook, stream = incident_feed
+    client = make_client(embedded_broker)
+    try:
+        # Two alerts held in their incident's group for 600 s, then one posted at once:
+        # once it has arrived, the forwarder holds the other two.
+        documents = [stream.change(joined=["a"]), stream.change(joined=["b"])]
+        _publish(client, topic, [*documents, verdict("counter_regression.detected")])
+    finally:
+        client.close()
+    forwarder = subprocess.Popen(
+        [
+            *PERFWATCH,
+            *("forward", "--webhook", webhook.url, "--group-wait", "600", "--from-earliest"),
+            *("--pulsar-url", embedded_broker.service_url, "--verdicts-topic", topic),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not webhook.accepted and forwarder.poll() is None:
+            assert time.monotonic() < deadline, "nothing posted within 60 s"
+            time.sleep(0.1)
+    finally:
+        forwarder.send_signal(signal.SIGTERM)
+        _, stderr = forwarder.communicate(timeout=60)
+    assert forwarder.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert "2 delivered, 0 dead-lettered" in stderr
+    assert "2 series" in orjson.loads(webhook.accepted[-1])["text"]
 
 
 @pytest.mark.parametrize(("group_wait", "sizes"), [("0", [1, 2, 4]), ("30", [4])])

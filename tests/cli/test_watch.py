@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -330,6 +331,41 @@ def test_watch_leaves_no_subscription_behind(
     _eventually_subscriptions(pulsar_broker, topic, [])
 
 
+def _watching_one_verdict(
+    broker: BrokerHandle, topic: str, client: pulsar.Client
+) -> subprocess.Popen[str]:
+    """A `watch --from-earliest` process that has printed the one verdict published."""
+    _produce(client, topic, [dumps(verdict())])
+    watcher = subprocess.Popen(
+        [*PERFWATCH, "watch", "--no-color", *_on(broker, topic), "--from-earliest"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "REGRESSION" in _read_line(watcher.stdout, 60)
+    except BaseException:
+        watcher.kill()
+        watcher.wait()
+        raise
+    return watcher
+
+
+def test_sigterm_stops_watch_cleanly(
+    embedded_broker: BrokerHandle, unique_topic: Callable[[str], str]
+) -> None:
+    """A service manager's stop ends watch as --limit does: exit status 0, no traceback."""
+    client = make_client(embedded_broker)
+    try:
+        watcher = _watching_one_verdict(embedded_broker, unique_topic("verdicts"), client)
+    finally:
+        client.close()
+    watcher.send_signal(signal.SIGTERM)
+    _, stderr = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, stderr
+    assert "Traceback" not in stderr
+
+
 def test_a_killed_watch_leaves_nothing_and_a_named_subscription_is_kept(
     pulsar_broker: BrokerHandle, unique_topic: Callable[[str], str]
 ) -> None:
@@ -337,18 +373,9 @@ def test_a_killed_watch_leaves_nothing_and_a_named_subscription_is_kept(
     subscription behind. With one, it is kept and the next watch resumes from it."""
     topic = unique_topic("verdicts")
     client = make_client(pulsar_broker)
-    _produce(client, topic, [dumps(verdict())])
-    watcher = subprocess.Popen(
-        [*PERFWATCH, "watch", "--no-color", *_on(pulsar_broker, topic), "--from-earliest"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert "REGRESSION" in _read_line(watcher.stdout, 60)
-    finally:
-        watcher.kill()
-        watcher.wait()
+    watcher = _watching_one_verdict(pulsar_broker, topic, client)
+    watcher.kill()
+    watcher.wait()
     _eventually_subscriptions(pulsar_broker, topic, [])
 
     named = [*_on(pulsar_broker, topic), "--subscription", "mine", "--idle-timeout", "2"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -332,6 +333,22 @@ def test_metrics_endpoint_serves_the_processor_metrics(
     assert "perfwatch_series 2.0" in text
     assert f"perfwatch_processing_latency_seconds_count {len(messages)}.0" in text
     assert "perfwatch_verdict_lag_seconds_count" in text
+    check_prometheus_conventions(text)
+
+
+def check_prometheus_conventions(text: str) -> None:
+    """One HELP and TYPE per family, counters ending in _total, times in seconds, and no
+    `_created` gauges repeating every counter's and histogram's HELP."""
+    helps = re.findall(r"^# HELP (\S+) ", text, re.MULTILINE)
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
+    assert len(helps) == len(set(helps)), helps
+    assert sorted(helps) == sorted(types)
+    assert not [name for name in helps if name.endswith("_created")]
+    for name, kind in types.items():
+        assert name.startswith("perfwatch_")
+        assert (kind == "counter") == name.endswith("_total"), (name, kind)
+        if any(word in name for word in ("latency", "lag", "duration")):
+            assert name.endswith("_seconds"), name
 
 
 def test_json_logs_carry_the_fields(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -317,9 +318,13 @@ def receive_messages(
     idle_timeout_s: float | None = None,
     poll_ms: int = 200,
     clock: Callable[[], float] = time.monotonic,
+    stop: threading.Event | None = None,
 ) -> Iterator[pulsar.Message]:
-    """Messages as they arrive; ends after `idle_timeout_s` without one (None: never)."""
-    polls = receive_polls(consumer, idle_timeout_s=idle_timeout_s, poll_ms=poll_ms, clock=clock)
+    """Messages as they arrive; ends after `idle_timeout_s` without one (None: never) or
+    once `stop` is set."""
+    polls = receive_polls(
+        consumer, idle_timeout_s=idle_timeout_s, poll_ms=poll_ms, clock=clock, stop=stop
+    )
     return (message for message in polls if message is not None)
 
 
@@ -329,13 +334,15 @@ def receive_polls(
     idle_timeout_s: float | None = None,
     poll_ms: int = 200,
     clock: Callable[[], float] = time.monotonic,
+    stop: threading.Event | None = None,
 ) -> Iterator[pulsar.Message | None]:
     """The message of each poll as it arrives, None for a poll of `poll_ms` that got none
-    (for a reader that acts on time passing too); ends after `idle_timeout_s` without one."""
+    (for a reader that acts on time passing too); ends after `idle_timeout_s` without one
+    or, between two polls, once `stop` is set."""
     import pulsar
 
     last_seen = clock()
-    while True:
+    while stop is None or not stop.is_set():
         try:
             message = consumer.receive(timeout_millis=poll_ms)
         except pulsar.Timeout:

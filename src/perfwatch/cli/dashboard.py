@@ -87,7 +87,8 @@ def dashboard(
     from perfwatch.state import StoreError, StoreUnavailable, open_store
 
     level = config.observability.log_level
-    configure_logging(config.observability.log_format, level)
+    # The web server's lines in the same format (JSON logs are one object per line).
+    configure_logging(config.observability.log_format, level, ("perfwatch", "uvicorn"))
 
     topic = None
     if follow_topic:
@@ -121,6 +122,7 @@ def dashboard(
             host=host,
             port=port,
             log_level=level,
+            log_config=None,
             # Event streams never end by themselves: give them a moment, then close them.
             timeout_graceful_shutdown=2,
             access_log=level == "debug",

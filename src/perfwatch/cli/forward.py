@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -21,6 +22,7 @@ from perfwatch.adapters.webhook import (
 from perfwatch.cli.broker import connected_client
 from perfwatch.cli.errors import InputError
 from perfwatch.cli.options import FiniteFloatRange
+from perfwatch.cli.signals import stop_on_signals
 from perfwatch.cli.watch import VerdictSource, verdict_source_options
 
 if TYPE_CHECKING:
@@ -163,25 +165,29 @@ def forward(
         )
         dead_letter = client.create_producer(undeliverable_topic)
         click.echo(f"forwarding {source.topic} to the webhook", err=True)
-        try:
-            grouping = source.verdict_filter.alerts_only and group_wait > 0
-            stats = forward_verdicts(
-                _first_messages(
-                    receive_polls(consumer, idle_timeout_s=source.idle_timeout_s), source.limit
-                ),
-                consumer,
-                sender,
-                dead_letter,
-                style="raw" if payload == "raw" else "slack",
-                template=template,
-                verdict_filter=source.verdict_filter,
-                on_outcome=report,
-                groups=AlertGroups(group_wait, group_interval) if grouping else None,
-            )
-        finally:
-            sender.close()
-            consumer.close()
-            dead_letter.close()
+        # SIGTERM (a service manager stopping it) ends the input as --limit does: the
+        # verdict in hand is finished, waiting groups are posted, exit status 0.
+        with stop_on_signals((signal.SIGTERM,)) as stop:
+            try:
+                grouping = source.verdict_filter.alerts_only and group_wait > 0
+                stats = forward_verdicts(
+                    _first_messages(
+                        receive_polls(consumer, idle_timeout_s=source.idle_timeout_s, stop=stop),
+                        source.limit,
+                    ),
+                    consumer,
+                    sender,
+                    dead_letter,
+                    style="raw" if payload == "raw" else "slack",
+                    template=template,
+                    verdict_filter=source.verdict_filter,
+                    on_outcome=report,
+                    groups=AlertGroups(group_wait, group_interval) if grouping else None,
+                )
+            finally:
+                sender.close()
+                consumer.close()
+                dead_letter.close()
     click.echo(
         f"{stats.delivered} delivered, {stats.dead_lettered} dead-lettered to "
         f"{undeliverable_topic}, {stats.skipped} filtered out, {stats.grouped} grouped "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,10 +16,12 @@ class StopRequest(threading.Event):
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[StopRequest]:
-    """A request set by SIGTERM or SIGINT (restoring the previous handlers afterwards)."""
+def stop_on_signals(
+    signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
+) -> Iterator[StopRequest]:
+    """A request set by `signals` (restoring the previous handlers afterwards)."""
     stop = StopRequest()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.getsignal(sig) for sig in signals}
 
     def request_stop(signum: int, frame: Any) -> None:
         if stop.signal is None:

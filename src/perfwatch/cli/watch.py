@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 from collections.abc import Callable, Mapping
 from contextlib import suppress
@@ -29,6 +30,7 @@ from perfwatch.cli.options import (
     output_format_option,
     verdicts_topic_option,
 )
+from perfwatch.cli.signals import stop_on_signals
 from perfwatch.config import Config
 
 if TYPE_CHECKING:
@@ -236,23 +238,27 @@ def watch(
         click.echo(f"watching {source.topic} from the {start} verdict", err=True)
         shown = 0
         seen = SeenVerdicts()
+        # SIGTERM (a service manager stopping it) ends the output as --limit does: exit 0.
         try:
-            for message in receive_messages(feed, idle_timeout_s=source.idle_timeout_s):
-                verdict = decode_verdict(message)
-                if (
-                    verdict is not None
-                    and source.verdict_filter.accepts(verdict)
-                    and seen.first_time(verdict)
+            with stop_on_signals((signal.SIGTERM,)) as stop:
+                for message in receive_messages(
+                    feed, idle_timeout_s=source.idle_timeout_s, stop=stop
                 ):
-                    if output_format == "json":
-                        stdout.write(message.data() + b"\n")
-                        stdout.flush()
-                    else:
-                        click.echo(verdict_line(verdict), color=color)
-                    shown += 1
-                feed.acknowledge(message)
-                if source.limit is not None and shown >= source.limit:
-                    break
+                    verdict = decode_verdict(message)
+                    if (
+                        verdict is not None
+                        and source.verdict_filter.accepts(verdict)
+                        and seen.first_time(verdict)
+                    ):
+                        if output_format == "json":
+                            stdout.write(message.data() + b"\n")
+                            stdout.flush()
+                        else:
+                            click.echo(verdict_line(verdict), color=color)
+                        shown += 1
+                    feed.acknowledge(message)
+                    if source.limit is not None and shown >= source.limit:
+                        break
         finally:
             with suppress(pulsar.PulsarException):
                 feed.close()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,9 @@ class ProcessorMetrics:
 
     def serve(self, host: str, port: int) -> Callable[[], None]:
         """Expose /metrics on host:port; returns the function that stops it."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        exposed = CollectorRegistry(auto_describe=False)
+        exposed.register(_WithoutCreated(self.registry))
+        server, thread = start_http_server(port, addr=host, registry=exposed)
 
         def stop() -> None:
             server.shutdown()
@@ -106,14 +110,31 @@ class ProcessorMetrics:
         return stop
 
 
+class _WithoutCreated(Collector):
+    """`registry`'s metrics without their `_created` samples: the Prometheus text format
+    writes those as gauges of their own, repeating each counter's and histogram's HELP."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
+
+
 # Attributes every LogRecord has; anything else was passed in `extra=`.
 _LOG_RECORD_ATTRIBUTES = frozenset(
     set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 )
 
 
+# uvicorn's lines carry a copy of their message with terminal colours.
+_NOT_FIELDS = _LOG_RECORD_ATTRIBUTES | {"color_message"}
+
+
 def _extra_fields(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in vars(record).items() if k not in _LOG_RECORD_ATTRIBUTES}
+    return {k: v for k, v in vars(record).items() if k not in _NOT_FIELDS}
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -144,11 +165,13 @@ class TextLogFormatter(logging.Formatter):
         return f"{text} {fields}" if fields else text
 
 
-def configure_logging(log_format: str, level: str) -> None:
-    """Send perfwatch's logs to stderr as text or JSON lines."""
+def configure_logging(log_format: str, level: str, loggers: Sequence[str] = ("perfwatch",)) -> None:
+    """Send the logs of `loggers` (perfwatch's own, and those of a library whose lines
+    should read the same) to stderr as text or JSON lines."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLogFormatter() if log_format == "json" else TextLogFormatter())
-    root = logging.getLogger("perfwatch")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    for name in loggers:
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level.upper())
+        logger.propagate = False

@@ -61,15 +61,22 @@ class PostgresStore(SqlStore):
         try:
             return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as err:  # server down, unreachable or refusing
-            raise StoreUnavailable(f"{_redacted(self.url)}: cannot connect: {err}") from err
+            raise StoreUnavailable(
+                f"{_redacted(self.url)}: cannot connect: {_one_line(err)}"
+            ) from err
         except psycopg.Error as err:
-            raise StoreError(f"{_redacted(self.url)}: cannot connect: {err}") from err
+            raise StoreError(f"{_redacted(self.url)}: cannot connect: {_one_line(err)}") from err
 
     def _lock_migrations(self, tx: SqlTransaction) -> None:
         tx.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_ID,))
 
     def _connection_lost(self) -> bool:
         return bool(self._connection.closed or self._connection.broken)
+
+
+def _one_line(error: psycopg.Error) -> str:
+    """libpq's message, whose hint ("Is the server running ...?") is on a line of its own."""
+    return " ".join(str(error).split())
 
 
 def _redacted(url: str) -> str:

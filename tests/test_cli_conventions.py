@@ -338,6 +338,38 @@ def test_client_log_level_is_the_users_choice(record_file: Path) -> None:
     assert default.stdout == chosen.stdout == ""
 
 
+# A command's clients, as `publish` makes them: the connection check first, then the
+# client it works with, following a topic while the broker goes away.
+CLIENTS_AFTER_THE_CHECK = """
+import sys, time, pulsar
+from perfwatch.brokers.handle import BrokerHandle, connect_client
+from perfwatch.config import BrokerConfig
+client = connect_client(BrokerHandle(sys.argv[1], None, "embedded"), BrokerConfig(), topic="lost")
+reader = client.create_reader("lost", pulsar.MessageId.latest)
+print("following", flush=True)
+sys.stdin.readline()  # the broker is stopped: the client's reconnection attempts fail
+time.sleep(3)
+"""
+
+
+def test_client_log_lines_after_the_connection_check_keep_the_default_level(
+    tmp_path: Path,
+) -> None:
+    """The Pulsar client keeps a process's first logger for all its clients: a quiet
+    connection check would silence every client after it."""
+    from perfwatch.brokers import open_broker
+
+    with open_broker(None, data_dir=tmp_path / "broker") as broker:
+        process = subprocess.Popen(
+            [sys.executable, "-c", CLIENTS_AFTER_THE_CHECK, broker.service_url],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert process.stdout is not None
+        assert process.stdout.readline() == "following\n"
+    _, stderr = process.communicate("\n", timeout=60)
+    assert " ERROR [" in stderr and "Connection refused" in stderr, stderr
+
+
 def _dashboard_run(
     tmp_path: Path, *args: str, until: Callable[[list[str]], bool]
 ) -> tuple[str, int]:
@@ -378,7 +410,7 @@ def test_dashboard_reports_an_unreachable_broker_once_and_its_real_port(tmp_path
     # none of the client's own lines (one per attempt) at its default level.
     warnings = [line for line in stderr.splitlines() if "WARNING perfwatch.dashboard" in line]
     assert len(warnings) == 1 and "verdicts topic unavailable" in warnings[0], stderr
-    assert "ClientConnection" not in stderr and "Connection refused" not in stderr
+    assert "ClientConnection" not in stderr  # (perfwatch's own lines name the refusal)
     # --port 0: the URL logged is the one the dashboard answers on.
     assert "url=http://127.0.0.1:0/" not in stderr
     assert health == 200, stderr

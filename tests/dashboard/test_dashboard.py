@@ -794,8 +794,8 @@ def test_store_poller_sends_each_new_verdict_once(
 def test_a_broker_lost_while_followed_is_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The client reconnects by itself; the listener says once that the topic is
-    unavailable. (The client's own lines are checked in a dashboard process of its own:
+    """The listener says once that the topic is unavailable, and no more while the broker
+    stays away. (The client's own lines are checked in a dashboard process of its own:
     the Pulsar client keeps the logger of a process's first client, here the fixture's.)"""
     topic = "persistent://public/default/dashboard-broker-lost"
     with open_broker(None, data_dir=tmp_path / "broker") as broker:
@@ -806,11 +806,9 @@ def test_a_broker_lost_while_followed_is_one_warning(
     while listener.connected.is_set() and time.monotonic() < deadline:
         time.sleep(0.1)
     listener.stop()
-    assert listener.last_error == "connection to the broker lost"
+    assert listener.last_error is not None
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert warnings == [
-        "verdicts topic unavailable; the client reconnects (the store is still polled)"
-    ]
+    assert warnings == ["verdicts topic unavailable; retrying (the store is still polled)"]
 
 
 def test_dashboard_command_rejects_a_bad_store_url(tmp_path: Path) -> None:

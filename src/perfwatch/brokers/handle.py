@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 import pulsar
 
@@ -92,8 +94,10 @@ _CLIENT_LOG_LEVELS = {
     "warning": pulsar.LoggerLevel.Warn,
     "error": pulsar.LoggerLevel.Error,
 }
-# The levels at which a client writes its own connection failures that perfwatch reports.
-_VERBOSE_LOG_LEVELS = frozenset({"debug", "info"})
+# Ports a service URL without one means (Pulsar's defaults).
+_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651}
+# The levels at which a client's own line for each failed connection attempt is wanted.
+VERBOSE_LOG_LEVELS = frozenset({"debug", "info"})
 
 
 def make_client(
@@ -103,36 +107,56 @@ def make_client(
     tls_trust_certs_file: str | Path | None = None,
     tls_allow_insecure: bool = False,
     operation_timeout_seconds: int = 30,
-    log_level: str | None = "warning",
+    log_level: str = "warning",
     **client_options: Any,
 ) -> pulsar.Client:
     """A `pulsar.Client` for a handle or a service URL; every perfwatch client is made here.
 
     TLS is used for ``pulsar+ssl://`` URLs. The client's own log lines of
-    `log_level` (debug, info, warning, error) and above go to stderr; None: none at all.
-    The Pulsar client keeps the logger of a process's first client (level and file) for
-    every later one.
+    `log_level` (debug, info, warning, error) and above go to stderr. The Pulsar client
+    keeps the logger of a process's first client (level and file) for every later one,
+    so every client of a command gets the same level.
     """
     service_url = broker.service_url if isinstance(broker, BrokerHandle) else broker
-    if log_level is None:
-        logger = pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull)
-    else:
-        logger = pulsar.FileLogger(_CLIENT_LOG_LEVELS[log_level], CLIENT_LOG_PATH)
     return pulsar.Client(
         service_url,
         authentication=pulsar.AuthenticationToken(auth_token) if auth_token else None,
         operation_timeout_seconds=operation_timeout_seconds,
         tls_trust_certs_file_path=str(tls_trust_certs_file) if tls_trust_certs_file else None,
         tls_allow_insecure_connection=tls_allow_insecure,
-        logger=logger,
+        logger=pulsar.FileLogger(_CLIENT_LOG_LEVELS[log_level], CLIENT_LOG_PATH),
         **client_options,
     )
 
 
-def quiet_log_level(log_level: str) -> str | None:
-    """The log level of a client whose connection failures perfwatch reports itself: its
-    own lines, one per connection attempt, only at debug and info."""
-    return log_level if log_level in _VERBOSE_LOG_LEVELS else None
+def unreachable_reason(service_url: str, timeout_s: float, *, retry: bool = True) -> str | None:
+    """Why no host of `service_url` accepts a TCP connection, trying again until
+    `timeout_s` has passed (once, without `retry`); None as soon as one does.
+
+    Checked before a client is made, below the `VERBOSE_LOG_LEVELS`: a client's failed
+    attempts would each write a log line before perfwatch's own error, and a quiet
+    logger for them would stay the logger of every later client of the process.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reason = _refusal(service_url, max(0.1, deadline - time.monotonic()))
+        if reason is None or not retry or time.monotonic() >= deadline:
+            return reason
+        time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+
+
+def _refusal(service_url: str, timeout_s: float) -> str | None:
+    scheme, _, hosts = service_url.partition("://")
+    problems = []
+    for host in hosts.rstrip("/").split(","):
+        address = urlsplit(f"{scheme}://{host}")
+        try:
+            port = address.port or _DEFAULT_PORTS.get(scheme, 6650)
+            with socket.create_connection((address.hostname or "", port), timeout=timeout_s):
+                return None
+        except (OSError, ValueError) as error:
+            problems.append(f"{host}: {error}")
+    return "; ".join(problems) or "no host"
 
 
 def client_options(settings: ClientSettings) -> dict[str, Any]:
@@ -158,14 +182,19 @@ def connect_client(broker: BrokerHandle, settings: ClientSettings, *, topic: str
     operations. Ctrl-C during the probe raises KeyboardInterrupt (the client reports
     it as its own `pulsar.Interrupted`).
 
-    The probe's failure is reported as one BrokerUnreachable, so its own log lines (one
-    per connection attempt) are written only at the debug and info levels.
+    A broker nothing listens for is reported before any client is made, as one
+    BrokerUnreachable without the client's log line for each connection attempt (those
+    are shown at the `VERBOSE_LOG_LEVELS`).
     """
+    if settings.log_level not in VERBOSE_LOG_LEVELS:
+        reason = unreachable_reason(broker.service_url, settings.connect_timeout)
+        if reason is not None:
+            raise BrokerUnreachable(
+                broker.service_url, f"no answer within {settings.connect_timeout:g} s ({reason})"
+            )
     options = client_options(settings)
     probe = make_client(
-        broker,
-        operation_timeout_seconds=max(1, math.ceil(settings.connect_timeout)),
-        **{**options, "log_level": quiet_log_level(settings.log_level)},
+        broker, operation_timeout_seconds=max(1, math.ceil(settings.connect_timeout)), **options
     )
     try:
         probe.get_topic_partitions(topic)

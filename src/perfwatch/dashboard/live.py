@@ -119,12 +119,14 @@ class TopicListener:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        from perfwatch.brokers.handle import client_options, make_client, quiet_log_level
+        from perfwatch.brokers.handle import (
+            VERBOSE_LOG_LEVELS,
+            client_options,
+            make_client,
+            unreachable_reason,
+        )
 
         broker = self.settings.broker
-        # The listener reports an outage itself, once: the client's line for every
-        # connection attempt only at the debug and info levels.
-        options = {**client_options(broker), "log_level": quiet_log_level(broker.log_level)}
         delay = 0.5
         while not self._stop.is_set():
             service_url = self._locate()
@@ -133,10 +135,21 @@ class TopicListener:
                 self._stop.wait(delay)
                 delay = min(delay * 2, 10.0)
                 continue
+            # No client while nothing listens: each of its connection attempts would log
+            # a line of its own (wanted only at the verbose levels); the outage is
+            # reported here, once.
+            reason = None
+            if broker.log_level not in VERBOSE_LOG_LEVELS:
+                reason = unreachable_reason(service_url, broker.connect_timeout, retry=False)
+            if reason is not None:
+                self._unavailable(f"no connection ({reason})")
+                self._stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+                continue
             client = make_client(
                 service_url,
                 operation_timeout_seconds=max(1, math.ceil(broker.connect_timeout)),
-                **options,
+                **client_options(broker),
             )
             try:
                 if self.settings.subscription is None:
@@ -161,16 +174,10 @@ class TopicListener:
                     )
                     consumer.close()
             except pulsar.PulsarException as err:
+                self._unavailable(f"{type(err).__name__}: {err}")
+            finally:
                 if self.connected.is_set():  # it was following: start the back-off again
                     delay = 0.5
-                self.last_error = f"{type(err).__name__}: {err}"
-                # One warning an outage; each retry after it at debug level.
-                (log.debug if self._outage_reported else log.warning)(
-                    "verdicts topic unavailable; retrying (the store is still polled)",
-                    extra={"topic": self.settings.topic, "error": self.last_error},
-                )
-                self._outage_reported = True
-            finally:
                 self.connected.clear()
                 client.close()
             self._stop.wait(delay)
@@ -186,21 +193,22 @@ class TopicListener:
         done: Callable[[pulsar.Message], None],
         is_connected: Callable[[], bool],
     ) -> None:
-        """Hand each message over until stopped; `done` after each (a consumer's ack).
+        """Hand each message over until stopped or the broker is lost; `done` after each
+        (a consumer's ack).
 
-        The client reconnects by itself when the broker goes away; the outage and the
-        return are logged here, once each.
-        """
-        self._following()
+        A lost broker ends the following: the client would otherwise reconnect by
+        itself, with a log line of its own for each attempt."""
+        self.connected.set()
+        self.last_error = None
+        self._outage_reported = False
+        log.info("following the verdicts topic", extra={"topic": self.settings.topic})
         while not self._stop.is_set():
             try:
                 message = next_message()
             except pulsar.Timeout:
-                now_connected = is_connected()
-                if now_connected and not self.connected.is_set():
-                    self._following()
-                elif not now_connected and self.connected.is_set():
-                    self._lost()
+                if not is_connected():
+                    self._unavailable("connection to the broker lost")
+                    return
                 continue
             try:
                 self._on_verdict(message.data())
@@ -209,20 +217,15 @@ class TopicListener:
                 log.exception("a verdict from the topic could not be shown")
             done(message)
 
-    def _following(self) -> None:
-        self.connected.set()
-        self.last_error = None
-        self._outage_reported = False
-        log.info("following the verdicts topic", extra={"topic": self.settings.topic})
-
-    def _lost(self) -> None:
-        self.connected.clear()
-        self.last_error = "connection to the broker lost"
-        self._outage_reported = True
-        log.warning(
-            "verdicts topic unavailable; the client reconnects (the store is still polled)",
-            extra={"topic": self.settings.topic, "error": self.last_error},
+    def _unavailable(self, error: str) -> None:
+        """Record why the topic cannot be followed: a warning for an outage's first
+        failure, each retry after it at debug level."""
+        self.last_error = error
+        (log.debug if self._outage_reported else log.warning)(
+            "verdicts topic unavailable; retrying (the store is still polled)",
+            extra={"topic": self.settings.topic, "error": error},
         )
+        self._outage_reported = True
 
 
 def decode_verdict(data: bytes) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -176,19 +177,19 @@ def test_client_dead_letter_policy_moves_the_message_with_its_properties(
 # --- subscription types pulsar-lite gets wrong: real Pulsar passes, pulsar-lite must fail --
 
 
+def real_pulsar_or_a_gap(reason: str) -> list[Any]:
+    """Fixture params: real Pulsar, which must pass, and an embedded broker of the test's
+    own, which must fail for `reason`."""
+    gap = pytest.mark.xfail(strict=True, reason=reason)
+    return ["pulsar_broker", pytest.param("private_embedded", marks=gap)]
+
+
 @pytest.fixture(
-    params=[
-        "pulsar_broker",
-        pytest.param(
-            "private_embedded",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="pulsar-lite 0.2.0: on Key_Shared a key is never redelivered after its "
-                "second negative ack; on Exclusive and Failover a negative ack is never "
-                "redelivered. perfwatch uses Shared there",
-            ),
-        ),
-    ]
+    params=real_pulsar_or_a_gap(
+        "pulsar-lite 0.2.0: on Key_Shared a key is never redelivered after its second negative "
+        "ack; on Exclusive and Failover a negative ack is never redelivered. perfwatch uses "
+        "Shared there"
+    )
 )
 def nack_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerHandle]:
     # Its own broker: a stuck Key_Shared dispatcher keeps a core busy afterwards.
@@ -235,18 +236,11 @@ def test_negative_acks_keep_redelivering(
 
 
 @pytest.fixture(
-    params=[
-        "pulsar_broker",
-        pytest.param(
-            "private_embedded",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="pulsar-lite 0.2.0 keeps a consumer whose connection was reset: its "
-                "messages stay with it and a new consumer of the same id is refused, until the "
-                "broker restarts. perfwatch serve restarts a broker it owns (docs/brokers.md)",
-            ),
-        ),
-    ]
+    params=real_pulsar_or_a_gap(
+        "pulsar-lite 0.2.0 keeps a consumer whose connection was reset: its messages stay with "
+        "it and a new consumer of the same id is refused, until the broker restarts. perfwatch "
+        "serve restarts a broker it owns (docs/brokers.md)"
+    )
 )
 def reset_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerHandle]:
     yield from real_or_private_broker(request, tmp_path)

@@ -220,6 +220,9 @@ def test_forward_retries_dead_letters_and_acknowledges(
 
     assert result.exit_code == 0, result.output
     assert f"2 delivered, 2 dead-lettered to {dead_letter_topic}, 1 filtered out" in result.stderr
+    # A line for each verdict posted or dead-lettered; the one filtered out only counted.
+    outcomes = [line for line in result.stderr.splitlines() if line.startswith("(")]
+    assert len(outcomes) == 4, result.stderr
     assert webhook.attempts == {"svc/flaky": 3, "svc/down": 3, "svc/fine": 1}
     assert [orjson.loads(body)["text"].split()[1] for body in webhook.accepted] == [
         "svc/flaky",

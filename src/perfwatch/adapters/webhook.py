@@ -173,16 +173,19 @@ def forward_verdicts(
     message), filtered out, or safely on the dead-letter topic; if even the
     dead-letter send fails, the error propagates and the message stays
     unacknowledged for redelivery. `on_outcome(message, text)` is told what
-    happened to each message.
+    happened to each message posted, grouped or dead-lettered; those filtered out or
+    forwarded already are only counted (`stats.skipped`).
     """
     verdict_filter = verdict_filter or VerdictFilter()
     grouping_filter = replace(verdict_filter, alerts_only=False)
     seen = SeenVerdicts()
     stats = ForwardStats()
 
-    def settle(message: pulsar.Message, outcome: str) -> None:
+    def settle(message: pulsar.Message, outcome: str | None) -> None:
+        """Acknowledge; `on_outcome` hears of it unless `outcome` is None (a verdict left
+        out, most of them when only alerts are forwarded: counted in `stats` instead)."""
         consumer.acknowledge(message)
-        if on_outcome is not None:
+        if on_outcome is not None and outcome is not None:
             on_outcome(message, outcome)
 
     def post(body: bytes, held: list[pulsar.Message]) -> str:
@@ -221,7 +224,7 @@ def forward_verdicts(
             else:
                 if not seen.first_time(verdict):
                     stats.skipped += 1
-                    settle(message, "skipped: this verdict id was already forwarded")
+                    settle(message, None)  # this verdict id was already forwarded
                 elif (
                     groups is not None
                     and grouping_filter.accepts(verdict)
@@ -238,7 +241,7 @@ def forward_verdicts(
                     )
                 else:
                     stats.skipped += 1
-                    settle(message, "skipped by the filters")
+                    settle(message, None)
         if groups is not None:
             post_groups(groups.due(clock()))
     if groups is not None:

@@ -130,16 +130,26 @@ def test_bad_input_is_exit_status_2_with_the_command_named(command: str, tmp_pat
     assert "Traceback" not in result.stderr
 
 
-def test_a_misspelt_variable_is_one_warning_naming_the_nearest_setting(
-    record_file: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("variable", "why"),
+    [
+        # misspelt: the nearest setting is named
+        ("PERFWATCH_BROKR_URL", "; did you mean PERFWATCH_BROKER_URL?"),
+        (
+            "PERFWATCH_ANALYZER_WINDOW_LEN",
+            ": [analyzer] and [directions] are read from the configuration file only",
+        ),
+    ],
+)
+def test_an_ignored_variable_is_one_warning_saying_why(
+    variable: str, why: str, record_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PERFWATCH_BROKR_URL", CLOSED_PORT_URL)
+    monkeypatch.setenv(variable, "30")
     monkeypatch.setenv("PERFWATCH_TEST_ANYTHING", "1")  # the tests' own: no warning
     result = _invoke("publish", "--dry-run", str(record_file))
     assert result.exit_code == 0, result.output
     assert result.stderr == (
-        "perfwatch publish: warning: PERFWATCH_BROKR_URL is not a perfwatch setting and is "
-        "ignored; did you mean PERFWATCH_BROKER_URL?\n"
+        f"perfwatch publish: warning: {variable} is not a perfwatch setting and is ignored{why}\n"
     )
 
 
@@ -150,18 +160,6 @@ def test_a_bad_variable_is_named_also_where_a_flag_sets_the_same_setting() -> No
     assert result.exit_code == 2
     line = _error_line(result.stderr, "watch")
     assert line.startswith("perfwatch watch: error: PERFWATCH_BROKER_CONNECT_TIMEOUT=soon: ")
-
-
-def test_an_analyzer_variable_is_ignored_with_a_warning_saying_why(
-    record_file: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PERFWATCH_ANALYZER_WINDOW_LEN", "30")
-    result = _invoke("publish", "--dry-run", str(record_file))
-    assert result.exit_code == 0, result.output
-    assert result.stderr == (
-        "perfwatch publish: warning: PERFWATCH_ANALYZER_WINDOW_LEN is not a perfwatch setting "
-        "and is ignored: [analyzer] and [directions] are read from the configuration file only\n"
-    )
 
 
 def test_no_number_option_takes_nan_or_an_infinity() -> None:

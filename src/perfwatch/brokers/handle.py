@@ -97,7 +97,7 @@ _CLIENT_LOG_LEVELS = {
 # Ports a service URL without one means (Pulsar's defaults).
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651}
 # The levels at which a client's own line for each failed connection attempt is wanted.
-VERBOSE_LOG_LEVELS = frozenset({"debug", "info"})
+_VERBOSE_LOG_LEVELS = frozenset({"debug", "info"})
 
 
 def make_client(
@@ -129,15 +129,20 @@ def make_client(
     )
 
 
-def unreachable_reason(service_url: str, timeout_s: float, *, retry: bool = True) -> str | None:
-    """Why no host of `service_url` accepts a TCP connection, trying again until
-    `timeout_s` has passed (once, without `retry`); None as soon as one does.
+def unreachable_reason(
+    service_url: str, settings: ClientSettings, *, retry: bool = True
+) -> str | None:
+    """Why no host of `service_url` accepts a TCP connection, trying again until the
+    connect timeout has passed (once, without `retry`); None as soon as one does.
 
-    Checked before a client is made, below the `VERBOSE_LOG_LEVELS`: a client's failed
-    attempts would each write a log line before perfwatch's own error, and a quiet
-    logger for them would stay the logger of every later client of the process.
+    Checked before a client is made, so that a broker nothing listens for is perfwatch's
+    own one line: a client's failed attempts would each write a log line, and a quiet
+    logger for them would stay the logger of every later client of the process. At the
+    debug and info levels those lines are wanted: None at once, the client tries.
     """
-    deadline = time.monotonic() + timeout_s
+    if settings.log_level in _VERBOSE_LOG_LEVELS:
+        return None
+    deadline = time.monotonic() + settings.connect_timeout
     while True:
         reason = _refusal(service_url, max(0.1, deadline - time.monotonic()))
         if reason is None or not retry or time.monotonic() >= deadline:
@@ -183,15 +188,14 @@ def connect_client(broker: BrokerHandle, settings: ClientSettings, *, topic: str
     it as its own `pulsar.Interrupted`).
 
     A broker nothing listens for is reported before any client is made, as one
-    BrokerUnreachable without the client's log line for each connection attempt (those
-    are shown at the `VERBOSE_LOG_LEVELS`).
+    BrokerUnreachable without the client's log line for each connection attempt
+    (:func:`unreachable_reason`).
     """
-    if settings.log_level not in VERBOSE_LOG_LEVELS:
-        reason = unreachable_reason(broker.service_url, settings.connect_timeout)
-        if reason is not None:
-            raise BrokerUnreachable(
-                broker.service_url, f"no answer within {settings.connect_timeout:g} s ({reason})"
-            )
+    reason = unreachable_reason(broker.service_url, settings)
+    if reason is not None:
+        raise BrokerUnreachable(
+            broker.service_url, f"no answer within {settings.connect_timeout:g} s ({reason})"
+        )
     options = client_options(settings)
     probe = make_client(
         broker, operation_timeout_seconds=max(1, math.ceil(settings.connect_timeout)), **options

@@ -119,14 +119,8 @@ class TopicListener:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        from perfwatch.brokers.handle import (
-            VERBOSE_LOG_LEVELS,
-            client_options,
-            make_client,
-            unreachable_reason,
-        )
+        from perfwatch.brokers.handle import unreachable_reason
 
-        broker = self.settings.broker
         delay = 0.5
         while not self._stop.is_set():
             service_url = self._locate()
@@ -136,52 +130,55 @@ class TopicListener:
                 delay = min(delay * 2, 10.0)
                 continue
             # No client while nothing listens: each of its connection attempts would log
-            # a line of its own (wanted only at the verbose levels); the outage is
-            # reported here, once.
-            reason = None
-            if broker.log_level not in VERBOSE_LOG_LEVELS:
-                reason = unreachable_reason(service_url, broker.connect_timeout, retry=False)
+            # a line of its own; the outage is reported here, once.
+            reason = unreachable_reason(service_url, self.settings.broker, retry=False)
             if reason is not None:
                 self._unavailable(f"no connection ({reason})")
-                self._stop.wait(delay)
-                delay = min(delay * 2, 30.0)
-                continue
-            client = make_client(
-                service_url,
-                operation_timeout_seconds=max(1, math.ceil(broker.connect_timeout)),
-                **client_options(broker),
-            )
-            try:
-                if self.settings.subscription is None:
-                    reader = client.create_reader(self.settings.topic, pulsar.MessageId.latest)
-                    self._follow(
-                        partial(reader.read_next, timeout_millis=250),
-                        lambda _: None,
-                        reader.is_connected,
-                    )
-                    reader.close()
-                else:
-                    consumer = client.subscribe(
-                        self.settings.topic,
-                        self.settings.subscription,
-                        consumer_type=pulsar.ConsumerType.Shared,
-                        initial_position=pulsar.InitialPosition.Latest,
-                    )
-                    self._follow(
-                        partial(consumer.receive, timeout_millis=250),
-                        consumer.acknowledge,
-                        consumer.is_connected,
-                    )
-                    consumer.close()
-            except pulsar.PulsarException as err:
-                self._unavailable(f"{type(err).__name__}: {err}")
-            finally:
-                if self.connected.is_set():  # it was following: start the back-off again
-                    delay = 0.5
-                self.connected.clear()
-                client.close()
+            elif self._follow_topic(service_url):
+                delay = 0.5  # it was following: start the back-off again
             self._stop.wait(delay)
             delay = min(delay * 2, 30.0)
+
+    def _follow_topic(self, service_url: str) -> bool:
+        """Follow the topic with a client of its own until stopped or the broker fails;
+        whether it was following when that happened."""
+        from perfwatch.brokers.handle import client_options, make_client
+
+        broker = self.settings.broker
+        client = make_client(
+            service_url,
+            operation_timeout_seconds=max(1, math.ceil(broker.connect_timeout)),
+            **client_options(broker),
+        )
+        try:
+            if self.settings.subscription is None:
+                reader = client.create_reader(self.settings.topic, pulsar.MessageId.latest)
+                self._follow(
+                    partial(reader.read_next, timeout_millis=250),
+                    lambda _: None,
+                    reader.is_connected,
+                )
+                reader.close()
+            else:
+                consumer = client.subscribe(
+                    self.settings.topic,
+                    self.settings.subscription,
+                    consumer_type=pulsar.ConsumerType.Shared,
+                    initial_position=pulsar.InitialPosition.Latest,
+                )
+                self._follow(
+                    partial(consumer.receive, timeout_millis=250),
+                    consumer.acknowledge,
+                    consumer.is_connected,
+                )
+                consumer.close()
+        except pulsar.PulsarException as err:
+            self._unavailable(f"{type(err).__name__}: {err}")
+        finally:
+            following = self.connected.is_set()
+            self.connected.clear()
+            client.close()
+        return following
 
     def _locate(self) -> str | None:
         target = self.settings.service_url

@@ -105,6 +105,24 @@ def test_time_format_is_detected(tmp_path: Path, first: str, second: str) -> Non
     assert series.times == [day(1), day(2)]
 
 
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16-le", "utf-16-be"])
+def test_text_with_a_byte_order_mark_reads_as_utf8(tmp_path: Path, encoding: str) -> None:
+    text = "time,x\n2024-01-01,1.5\n2024-01-02,2.5\n"
+    path = tmp_path / "t.csv"
+    # the BOM as Windows tools write it: U+FEFF in the file's own encoding
+    path.write_bytes(("\ufeff" + text).encode(encoding))
+    (series,) = read_otava_csv(path)
+    assert series.values.tolist() == [1.5, 2.5]
+    assert series.times == [day(1), day(2)]
+
+
+def test_utf16_that_does_not_decode_names_the_offset(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xff\xfet\x00i\x00\x00\xdc")  # a lone low surrogate
+    with pytest.raises(SourceError, match=r"t\.csv: not UTF-16 text after its byte-order mark"):
+        read_otava_csv(path)
+
+
 def test_day_first_dates_are_recognised_by_the_whole_column(tmp_path: Path) -> None:
     text = "date,x\n12/01/2024,1\n13/01/2024,2\n"
     (series,) = read_otava_csv(write(tmp_path, "t.csv", text))

@@ -288,6 +288,28 @@ def test_records_group_by_test_and_select_metrics() -> None:
     assert [(s.test, s.metric, len(s)) for s in series] == [("t1", "b", 2), ("t2", "b", 1)]
 
 
+def test_a_metric_whose_unit_changes_is_refused_at_the_run_that_changed_it(
+    tmp_path: Path,
+) -> None:
+    # A Google Benchmark report gives times in the benchmark's unit: one moved from ns to
+    # us would be a 1000x "improvement" if the values were taken as one series.
+    runs = [record(1, t=MetricValue(1200.0, "ns")), record(2, t=MetricValue(1210.0, "ns"))]
+    runs += [record(3, t=MetricValue(1.3)), record(4, t=MetricValue(1.25, "us"))]
+    path = write_jsonl(tmp_path / "r.jsonl", runs)
+    with pytest.raises(SourceError) as caught:
+        records_to_series(read_records(path))
+    assert str(caught.value) == (
+        f"{path}:4:1: $.metrics.t.unit: run 'run-4' of test 'suite' gives it in 'us', earlier "
+        "runs in 'ns': values in two units are no history; convert the values of one part, "
+        "or record the metric under a new name from the change on"
+    )
+    # a run that declares no unit is no change; other metrics are not held to this one's
+    kept = [*runs[:3], record(4, t=MetricValue(1250.0, "ns"), u=MetricValue(1.0, "us"))]
+    (t, u) = records_to_series(read_records(write_jsonl(tmp_path / "s.jsonl", kept)))
+    assert (t.unit, t.values.tolist()) == ("ns", [1200.0, 1210.0, 1.3, 1250.0])
+    assert u.unit == "us"
+
+
 def test_jsonl_errors_name_line_and_column(tmp_path: Path) -> None:
     good = orjson.dumps(record(1, a=1.0).to_json())
     bad_value = good.replace(b'"a":1.0', b'"a":"fast"')

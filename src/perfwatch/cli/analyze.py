@@ -346,6 +346,7 @@ def _result_json(result: SeriesResult) -> dict[str, Any]:
         "change_points": [
             {
                 "index": found.change.index,
+                "run_id": series.run_ids[found.change.index],
                 "time": format_rfc3339(series.times[found.change.index]),
                 "commit": series.commits[found.change.index],
                 "forward_change_percent": found.change.forward_change_percent,

@@ -635,6 +635,29 @@ def test_analyze_names_a_tool_report_and_what_to_do(tool: str, tmp_path: Path) -
     assert f"perfwatch publish {report}" in line
 
 
+@pytest.mark.parametrize("tool", sorted(TOOL_REPORTS))
+@pytest.mark.parametrize(
+    ("command", "reads"),
+    [
+        ("compare", "`perfwatch compare` judges performance-counter samples: perfmon or typeperf"),
+        ("recommend", "`perfwatch recommend` reads the per-input profiles `perfwatch profile`"),
+    ],
+)
+def test_compare_and_recommend_name_a_tool_report(
+    command: str, reads: str, tool: str, tmp_path: Path
+) -> None:
+    report = tmp_path / "report.json"
+    report.write_bytes(orjson.dumps(TOOL_REPORTS[tool]))
+    args = ["--baseline", str(report)]
+    if command == "compare":
+        args += ["--target", str(report)]
+    result = _invoke(command, *args)
+    assert result.exit_code == 2
+    line = _error_line(result.stderr, command)
+    assert line.startswith(f"perfwatch {command}: error: {report}: ")
+    assert f"this is a {tool} report (one run's timings); {reads}" in line
+
+
 # --- optional dependencies -------------------------------------------------------------------
 
 

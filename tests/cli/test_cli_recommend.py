@@ -222,9 +222,11 @@ NOT_PROFILE = "not a perfwatch input-profile JSON document"
     ("content", "problem"),
     [
         (b"test,mean\nparse,1.5\n", f":1:1: {NOT_PROFILE}: not valid JSON"),
-        (b"\xff\xfe{\x00}\x00", f": {NOT_PROFILE}: not UTF-8 text (byte 0xff)"),
+        (b'{"schema": "caf\xe9"}', f": {NOT_PROFILE}: not UTF-8 text (byte 0xe9)"),
+        # UTF-16 with its byte-order mark is read as text: "{}" is JSON, no profile
+        (b"\xff\xfe{\x00}\x00", ": $: 'schema' is a required property (and 3 more problems)"),
     ],
-    ids=["csv", "utf-16"],
+    ids=["csv", "latin-1", "utf-16"],
 )
 def test_a_file_that_is_no_profile_document_is_named(
     tmp_path: Path, content: bytes, problem: str

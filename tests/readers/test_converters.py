@@ -34,6 +34,8 @@ from perfwatch.readers.pytest_benchmark import records_from_pytest_benchmark
 
 LOWER = "lower_is_better"
 HIGHER = "higher_is_better"
+# Reports shaped like those of older releases of the tools, written for these tests.
+REPORTS = Path(__file__).parent / "reports"
 
 
 def _complete_and_validate(records: list[Any]) -> None:
@@ -110,6 +112,16 @@ def test_pytest_benchmark_outside_a_repository_has_no_commit() -> None:
     (located,) = records_from_pytest_benchmark(report, "old.json")
     assert "commit" not in located.record and "branch" not in located.record
     assert located.record["timestamp"] == "2016-02-05T17:11:30.321219Z"
+
+
+def test_pytest_benchmark_before_3_1_has_no_operations_per_second() -> None:
+    report, source = _report("pytest_benchmark_3.0.json")
+    (located,) = records_from_pytest_benchmark(report, source)
+    metrics = located.record["metrics"]
+    assert sorted(metrics) == ["max", "mean", "median", "min", "stddev"]
+    assert metrics["mean"] == {"value": 0.00198, "unit": "s", "direction": LOWER}
+    assert located.record["commit"] == "5b1fe6c0e7d1d0a2c3f4b5a6978812aa0c9e3d4f"
+    _complete_and_validate([located])
 
 
 def test_pytest_benchmark_missing_statistic_names_the_place() -> None:
@@ -201,6 +213,40 @@ def test_google_benchmark_repetitions_without_aggregates_are_averaged() -> None:
     }
     assert located.record["timestamp"] == "2019-03-19T18:34:56Z"
     assert located.record["attributes"] == {"executable": "bench"}
+
+
+def _report(name: str) -> tuple[Any, str]:
+    path = REPORTS / name
+    return orjson.loads(path.read_bytes()), str(path)
+
+
+def test_google_benchmark_before_1_4_aggregates_are_known_by_their_names() -> None:
+    # Releases before 1.4 write no run_type or aggregate_name: an aggregate is an entry
+    # named after its instance with _mean, _median or _stddev appended.
+    report, source = _report("google_benchmark_1.3.json")
+    records = records_from_google_benchmark(report, source)
+    by_test = {r.record["test"]: r.record["metrics"] for r in records}
+    assert list(by_test) == ["BM_Hash/1024/repeats:3", "BM_running_mean"]
+    hashing = by_test["BM_Hash/1024/repeats:3"]
+    assert hashing["real_time"] == {"value": 10111, "unit": "ns", "direction": LOWER}
+    assert hashing["bytes_per_second"] == {"value": 101381000, "unit": "B/s", "direction": HIGHER}
+    assert hashing["real_time_median"] == {"value": 10110, "unit": "ns"}
+    assert hashing["cpu_time_stddev"] == {"value": 95, "unit": "ns"}
+    # a benchmark whose own name ends in _mean, with no instance beside it, is a benchmark
+    assert by_test["BM_running_mean"]["real_time"]["value"] == 312
+    _complete_and_validate(records)
+
+
+def test_google_benchmark_1_4_aggregates_have_a_name_but_no_run_type() -> None:
+    report, source = _report("google_benchmark_1.4.json")
+    (located,) = records_from_google_benchmark(report, source)
+    assert located.record["test"] == "BM_Encode/64"
+    metrics = located.record["metrics"]
+    assert metrics["real_time"] == {"value": 2810.5, "unit": "ns", "direction": LOWER}
+    assert metrics["items_per_second"]["direction"] == HIGHER
+    assert metrics["real_time_stddev"] == {"value": 31.2, "unit": "ns"}
+    assert located.record["attributes"] == {"executable": "codec_bench"}
+    _complete_and_validate([located])
 
 
 # --- hyperfine ------------------------------------------------------------------------------

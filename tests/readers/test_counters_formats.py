@@ -77,6 +77,24 @@ def test_perfmon_csv_drops_the_common_host_and_reads_blank_cells_as_missing(
     assert math.isnan(samples.values[0, 1]) and math.isnan(samples.values[2, 0])
 
 
+def test_perfmon_csv_in_utf16_reads_as_in_utf8(tmp_path: Path) -> None:
+    # typeperf's output redirected by Windows PowerShell 5 is UTF-16 with a byte-order mark
+    utf16 = Path(__file__).parent / "reports" / "typeperf_powershell.csv"
+    utf8 = tmp_path / "typeperf.csv"
+    utf8.write_bytes(utf16.read_bytes().decode("utf-16").encode())
+    samples = read_perfmon_csv(utf16)
+    assert samples.names == [
+        "\\Processor(_Total)\\% User Time",
+        "\\Memory\\Available MBytes",
+        "\\Network Interface(Ethernet)\\Bytes Total/sec",
+    ]
+    assert samples.values.shape == (12, 3)
+    assert samples.values[:, 1].tolist() == [6120.0 - 3 * i for i in range(12)]
+    expected = read_perfmon_csv(utf8)
+    assert samples.names == expected.names
+    assert samples.values.tolist() == expected.values.tolist()
+
+
 def test_perfmon_csv_keeps_hosts_when_they_differ(tmp_path: Path) -> None:
     text = PERFMON.replace("\\\\WEB01\\Memory", "\\\\DB01\\Memory")
     samples = read_perfmon_csv(write(tmp_path, "two-hosts.csv", text))

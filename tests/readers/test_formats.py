@@ -91,6 +91,9 @@ def test_separator_can_be_given(tmp_path: Path) -> None:
         ("1704067200", "1704153600"),
         ("1704067200000", "1704153600000"),
         ("2024/01/01 00:00:00", "2024/01/02 00:00:00"),
+        ("2024.01.01 1:00:00 +0100", "2024.01.02 1:00:00 +0100"),  # Apache Otava's examples
+        ("2024.01.01 00:00:00", "2024.01.02 00:00:00"),
+        ("2024.01.01", "2024.01.02"),
         ("01.01.2024", "02.01.2024"),
         ("01/01/2024", "01/02/2024"),
         ("Mon, 01 Jan 2024 00:00:00 +0000", "Tue, 02 Jan 2024 00:00:00 +0000"),
@@ -100,6 +103,24 @@ def test_time_format_is_detected(tmp_path: Path, first: str, second: str) -> Non
     text = f'time,x\n"{first}",1\n"{second}",2\n'
     (series,) = read_otava_csv(write(tmp_path, "t.csv", text))
     assert series.times == [day(1), day(2)]
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16-le", "utf-16-be"])
+def test_text_with_a_byte_order_mark_reads_as_utf8(tmp_path: Path, encoding: str) -> None:
+    text = "time,x\n2024-01-01,1.5\n2024-01-02,2.5\n"
+    path = tmp_path / "t.csv"
+    # the BOM as Windows tools write it: U+FEFF in the file's own encoding
+    path.write_bytes(("\ufeff" + text).encode(encoding))
+    (series,) = read_otava_csv(path)
+    assert series.values.tolist() == [1.5, 2.5]
+    assert series.times == [day(1), day(2)]
+
+
+def test_utf16_that_does_not_decode_names_the_offset(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xff\xfet\x00i\x00\x00\xdc")  # a lone low surrogate
+    with pytest.raises(SourceError, match=r"t\.csv: not UTF-16 text after its byte-order mark"):
+        read_otava_csv(path)
 
 
 def test_day_first_dates_are_recognised_by_the_whole_column(tmp_path: Path) -> None:
@@ -265,6 +286,28 @@ def test_records_group_by_test_and_select_metrics() -> None:
     ]
     series = records_to_series(sourced, metrics={"b"})
     assert [(s.test, s.metric, len(s)) for s in series] == [("t1", "b", 2), ("t2", "b", 1)]
+
+
+def test_a_metric_whose_unit_changes_is_refused_at_the_run_that_changed_it(
+    tmp_path: Path,
+) -> None:
+    # A Google Benchmark report gives times in the benchmark's unit: one moved from ns to
+    # us would be a 1000x "improvement" if the values were taken as one series.
+    runs = [record(1, t=MetricValue(1200.0, "ns")), record(2, t=MetricValue(1210.0, "ns"))]
+    runs += [record(3, t=MetricValue(1.3)), record(4, t=MetricValue(1.25, "us"))]
+    path = write_jsonl(tmp_path / "r.jsonl", runs)
+    with pytest.raises(SourceError) as caught:
+        records_to_series(read_records(path))
+    assert str(caught.value) == (
+        f"{path}:4:1: $.metrics.t.unit: run 'run-4' of test 'suite' gives it in 'us', earlier "
+        "runs in 'ns': values in two units are no history; convert the values of one part, "
+        "or record the metric under a new name from the change on"
+    )
+    # a run that declares no unit is no change; other metrics are not held to this one's
+    kept = [*runs[:3], record(4, t=MetricValue(1250.0, "ns"), u=MetricValue(1.0, "us"))]
+    (t, u) = records_to_series(read_records(write_jsonl(tmp_path / "s.jsonl", kept)))
+    assert (t.unit, t.values.tolist()) == ("ns", [1200.0, 1210.0, 1.3, 1250.0])
+    assert u.unit == "us"
 
 
 def test_jsonl_errors_name_line_and_column(tmp_path: Path) -> None:

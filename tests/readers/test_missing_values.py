@@ -68,10 +68,10 @@ def table_with_gaps(seed: int, runs: int = 150, metrics: int = 2) -> Table:
 
 def write_csv(path: Path, table: Table) -> Path:
     runs = len(next(iter(table.values())))
-    lines = [",".join(["time", "commit", *table])]
+    lines = [",".join(["time", "commit", "run_id", *table])]
     for run in range(runs):
         cells = ["" if math.isnan(v[run]) else repr(v[run]) for v in table.values()]
-        lines.append(",".join([stamp(run), commit(run), *cells]))
+        lines.append(",".join([stamp(run), commit(run), f"run-{run}", *cells]))
     path.write_text("\n".join(lines) + "\n")
     return path
 

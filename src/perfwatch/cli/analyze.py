@@ -194,17 +194,9 @@ def _is_record_file(path: Path) -> bool:
     return read_source(path).lstrip()[:1] in (b"{", b"[")
 
 
-# Benchmark tools' reports `perfwatch publish` reads, by the name `detect_format` gives.
-TOOL_REPORTS = {
-    "pytest-benchmark": "pytest-benchmark",
-    "google-benchmark": "Google Benchmark",
-    "hyperfine": "hyperfine",
-}
-
-
 def _check_not_tool_report(path: Path) -> None:
     """SourceError for a benchmark tool's report: one run, which is no history to analyse."""
-    from perfwatch.readers.detect import INPUT_PROFILE, detect_format
+    from perfwatch.readers.detect import INPUT_PROFILE, TOOL_NAMES, detect_format
 
     if path.suffix.lower() in RECORD_SUFFIXES - {".json"}:
         return  # JSON Lines: records only
@@ -218,10 +210,10 @@ def _check_not_tool_report(path: Path) -> None:
             "this is an input-profile file (per-input profiles of one test suite run), not a "
             "history of runs: `perfwatch recommend` reads it, `perfwatch publish` sends it",
         )
-    if found in TOOL_REPORTS:
+    if found in TOOL_NAMES:
         raise SourceError(
             str(path),
-            f"this is a {TOOL_REPORTS[found]} report: it holds one run, and change-point "
+            f"this is a {TOOL_NAMES[found]} report: it holds one run, and change-point "
             "analysis needs a history of runs. Publish each run's report with "
             f"`perfwatch publish {path}` to build the history on the stream, or convert "
             f"the reports with `perfwatch publish --dry-run REPORT >> history.jsonl` and "
@@ -346,6 +338,7 @@ def _result_json(result: SeriesResult) -> dict[str, Any]:
         "change_points": [
             {
                 "index": found.change.index,
+                "run_id": series.run_ids[found.change.index],
                 "time": format_rfc3339(series.times[found.change.index]),
                 "commit": series.commits[found.change.index],
                 "forward_change_percent": found.change.forward_change_percent,

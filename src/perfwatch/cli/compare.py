@@ -181,7 +181,20 @@ def compare(
 def _runs(files: Sequence[str]) -> list[CounterSamples]:
     from perfwatch.readers.counter_csv import read_counter_runs
 
-    return [run for file in files for run in read_counter_runs(Path(file))]
+    runs = []
+    for file in files:
+        try:
+            runs.extend(read_counter_runs(Path(file)))
+        except SourceError as error:
+            from perfwatch.readers.detect import tool_report_error
+
+            instead = tool_report_error(
+                file,
+                "`perfwatch compare` judges performance-counter samples: perfmon or typeperf "
+                "CSV, a plain counter CSV, or perfwatch records with counters",
+            )
+            raise instead or error from None
+    return runs
 
 
 def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> str:

@@ -310,7 +310,12 @@ def _read(path: Path) -> InputProfileFile:
     try:
         return read_input_profile(path)
     except SourceError as error:
-        raise InputError(str(error)) from None
+        from perfwatch.readers.detect import tool_report_error
+
+        instead = tool_report_error(
+            path, "`perfwatch recommend` reads the per-input profiles `perfwatch profile` writes"
+        )
+        raise InputError(str(instead or error)) from None
 
 
 def _resample_command(

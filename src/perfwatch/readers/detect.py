@@ -66,6 +66,32 @@ _TOOL_REPORTS: dict[
 }
 
 
+# The tools of those reports, as people call them.
+TOOL_NAMES = {
+    PYTEST_BENCHMARK: "pytest-benchmark",
+    GOOGLE_BENCHMARK: "Google Benchmark",
+    HYPERFINE: "hyperfine",
+}
+
+
+def benchmark_tool_of(path: str | Path) -> str | None:
+    """The tool whose JSON report the file is (its name in TOOL_NAMES), else None: for a
+    command that reads another format, to say what it was given instead."""
+    try:
+        return TOOL_NAMES.get(detect_format(path))
+    except SourceError:
+        return None
+
+
+def tool_report_error(path: str | Path, reads: str) -> SourceError | None:
+    """The error for a benchmark tool's report (one run's timings) given to a command
+    that reads ``reads``; None when the file is no such report."""
+    tool = benchmark_tool_of(path)
+    if tool is None:
+        return None
+    return SourceError(path, f"this is a {tool} report (one run's timings); {reads}")
+
+
 @dataclass(frozen=True)
 class InputFile:
     """The records of one file, in file order, some of their identity possibly missing.

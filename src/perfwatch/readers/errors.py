@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 
 
@@ -29,17 +30,27 @@ class SourceError(ValueError):
         super().__init__(f"{':'.join(location)}: {message}")
 
 
-UTF8_BOM = b"\xef\xbb\xbf"
+UTF8_BOM = codecs.BOM_UTF8
+UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
 def read_source(path: str | Path) -> bytes:
-    """The bytes of an input file, or a SourceError saying why it cannot be read.
+    """The bytes of an input file as UTF-8, or a SourceError saying why it cannot be read.
 
-    A leading UTF-8 byte-order mark, which Windows tools write, is dropped: every
-    format then reads such a file as it reads one without.
+    A leading UTF-8 byte-order mark, which Windows tools write, is dropped, and text
+    that starts with a UTF-16 one (what Windows PowerShell 5 writes when it redirects
+    a command's output, typeperf's for one) is converted: every format then reads such
+    a file as it reads a UTF-8 one.
     """
     try:
-        return Path(path).read_bytes().removeprefix(UTF8_BOM)
+        data = Path(path).read_bytes()
+        if data.startswith(UTF16_BOMS):
+            return data.decode("utf-16").encode()
+        return data.removeprefix(UTF8_BOM)
+    except UnicodeDecodeError as error:
+        raise SourceError(
+            path, f"not UTF-16 text after its byte-order mark (offset {error.start})"
+        ) from None
     except FileNotFoundError:
         raise SourceError(path, "no such file") from None
     except IsADirectoryError:

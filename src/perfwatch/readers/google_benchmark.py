@@ -13,6 +13,10 @@ order the report lists them:
 - Benchmarks that reported an error have no measurement and give no record;
   complexity rows (BigO, RMS) are fits over several instances, not runs, and
   are left out too.
+- Reports of releases before 1.5 have no `run_name` and `run_type`: an entry
+  with an `aggregate_name` (1.4), or named `<instance>_mean`, `_median` or
+  `_stddev` next to its instance's other entries (before 1.4), is an aggregate
+  of that instance, never a benchmark of its own.
 
 The time is the report's `context.date`; its executable's file name becomes
 the `executable` attribute and a benchmark label the `label` attribute.
@@ -55,6 +59,8 @@ _DESCRIPTIVE_KEYS = {
     "label",
 }
 _RATES = {"items_per_second": "items/s", "bytes_per_second": "B/s"}
+# The only aggregates releases before 1.4 wrote, known by their name's suffix alone.
+_LEGACY_AGGREGATES = ("mean", "median", "stddev")
 
 
 def looks_like_google_benchmark(document: Any) -> bool:
@@ -95,6 +101,34 @@ def _averaged(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return averaged
 
 
+def _legacy_aggregate_name(name: str, names: set[str]) -> str | None:
+    """The aggregate an entry of a report before 1.4 is, from its name: `BM_x_mean` is the
+    mean of `BM_x` when the report also has `BM_x` or another aggregate of it."""
+    for aggregate in _LEGACY_AGGREGATES:
+        stem = name.removesuffix(f"_{aggregate}")
+        siblings = {stem, *(f"{stem}_{other}" for other in _LEGACY_AGGREGATES)} - {name}
+        if stem != name and not siblings.isdisjoint(names):
+            return aggregate
+    return None
+
+
+def _instance(
+    entry: dict[str, Any], names: set[str], source: str, path: str
+) -> tuple[str, str, Any]:
+    """(instance name, run type, aggregate name) of an entry, in every release's layout."""
+    if "run_name" in entry:
+        run_name = expect_string(entry["run_name"], source, f"{path}.run_name")
+        return run_name, entry.get("run_type", "iteration"), entry.get("aggregate_name")
+    name = expect_string(entry.get("name"), source, f"{path}.name")
+    aggregate = entry.get("aggregate_name")
+    if aggregate is None and "run_type" not in entry:
+        aggregate = _legacy_aggregate_name(name, names)
+    if aggregate is None:
+        return name, entry.get("run_type", "iteration"), None
+    aggregate = expect_string(aggregate, source, f"{path}.aggregate_name")
+    return name.removesuffix(f"_{aggregate}"), "aggregate", aggregate
+
+
 def records_from_google_benchmark(report: Any, source: str) -> list[LocatedRecord]:
     report = expect_object(report, source, "$")
     context = expect_object(report.get("context"), source, "$.context")
@@ -109,16 +143,20 @@ def records_from_google_benchmark(report: Any, source: str) -> list[LocatedRecor
     instances: dict[str, tuple[str, list[dict[str, Any]], list[dict[str, Any]]]] = {}
     labels: dict[str, str] = {}
     benchmarks = expect_array(report.get("benchmarks"), source, "$.benchmarks")
+    names = {
+        entry["name"]
+        for entry in benchmarks
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str)
+    }
     for index, entry in enumerate(benchmarks):
         path = f"$.benchmarks[{index}]"
         entry = expect_object(entry, source, path)
         if entry.get("error_occurred") or not is_number(entry.get("real_time")):
             continue
-        run_name = expect_string(entry.get("run_name", entry.get("name")), source, f"{path}.name")
+        run_name, run_type, aggregate_name = _instance(entry, names, source, path)
         _, iterations, aggregates = instances.setdefault(run_name, (path, [], []))
-        run_type = entry.get("run_type", "iteration")
         if run_type == "aggregate":
-            aggregates.append(entry)
+            aggregates.append({**entry, "aggregate_name": aggregate_name})
         elif run_type == "iteration":
             iterations.append(entry)
         else:

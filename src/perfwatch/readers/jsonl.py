@@ -14,7 +14,7 @@ import numpy as np
 
 from perfwatch.contract.codec import dumps, loads, parse_record
 from perfwatch.contract.models import Record
-from perfwatch.contract.validation import RecordError
+from perfwatch.contract.validation import RecordError, json_path
 from perfwatch.readers.errors import SourceError, read_source
 from perfwatch.readers.series import MetricSeries
 
@@ -112,7 +112,8 @@ def records_to_series(
 ) -> list[MetricSeries]:
     """One MetricSeries per test and metric (only ``metrics`` when given), runs in time
     order. A run id seen before for the same test is a redelivery and is skipped. The
-    direction and unit are the latest run's that declares one. A run of the test without
+    direction and unit are the latest run's that declares one; runs that declare
+    different units are refused (SourceError at the first). A run of the test without
     the metric is left out of that metric's series, or kept with a NaN value when
     ``keep_missing`` is true (as a blank CSV cell then is)."""
     runs_by_test: dict[str, list[SourcedRecord]] = {}
@@ -140,8 +141,30 @@ def records_to_series(
     ]
 
 
+def _check_one_unit(metric: str, runs: list[SourcedRecord]) -> None:
+    """SourceError at the first run whose unit differs from an earlier run's: values in
+    two units (a benchmark moved from ns to us) would be one series' step of 1000x."""
+    unit = None
+    for run in runs:
+        value = run.record.metrics.get(metric)
+        if value is None or value.unit is None:
+            continue
+        if unit is not None and value.unit != unit:
+            raise SourceError(
+                run.source,
+                f"{json_path(('metrics', metric, 'unit'))}: run {run.record.run_id!r} of test "
+                f"{run.record.test!r} gives it in {value.unit!r}, earlier runs in {unit!r}: "
+                "values in two units are no history; convert the values of one part, or "
+                "record the metric under a new name from the change on",
+                line=run.line,
+                column=run.column,
+            )
+        unit = value.unit
+
+
 def _metric_series(metric: str, runs: list[SourcedRecord], first: SourcedRecord) -> MetricSeries:
     """The series of ``metric`` over ``runs``; NaN for a run without it."""
+    _check_one_unit(metric, runs)
     found = [run.record.metrics.get(metric) for run in runs]
     values = [value for value in found if value is not None]
     attribute_names = dict.fromkeys(name for run in runs for name in run.record.attributes)

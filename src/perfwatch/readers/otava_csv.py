@@ -71,6 +71,10 @@ TIME_FORMATS: tuple[TimeFormat, ...] = (
             "%Y/%m/%d %H:%M:%S",
             "%Y/%m/%d %H:%M",
             "%Y/%m/%d",
+            # Apache Otava's example data: 2024.01.01 3:00:00 +0100
+            "%Y.%m.%d %H:%M:%S %z",
+            "%Y.%m.%d %H:%M:%S",
+            "%Y.%m.%d",
             "%d.%m.%Y %H:%M:%S",
             "%d.%m.%Y %H:%M",
             "%d.%m.%Y",

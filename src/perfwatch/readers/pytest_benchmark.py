@@ -2,7 +2,8 @@
 
 One record per benchmark: the test id is the benchmark's `fullname`
 (`path::test[param]`), the metrics are its timing statistics in seconds plus
-operations per second, the commit and branch come from the report's
+operations per second (left out for the releases before 3.1, which did
+not compute it), the commit and branch come from the report's
 `commit_info` when pytest-benchmark could read them, and the time is the
 report's `datetime`. Parameters become `param.<name>` attributes and a group
 the `group` attribute.
@@ -35,6 +36,9 @@ STATISTICS: dict[str, tuple[str, str]] = {
     "stddev": ("s", LOWER_IS_BETTER),
     "ops": ("ops/s", HIGHER_IS_BETTER),
 }
+
+# Releases before 3.1 have no `ops`; a report without it is complete.
+_ADDED_LATER = {"ops"}
 
 # What pytest-benchmark writes when it could not read the repository.
 _UNKNOWN_COMMIT = {"unversioned", ""}
@@ -78,6 +82,7 @@ def records_from_pytest_benchmark(report: Any, source: str) -> list[LocatedRecor
                 direction,
             )
             for statistic, (unit, direction) in STATISTICS.items()
+            if statistic in stats or statistic not in _ADDED_LATER
         }
         attributes = {}
         if benchmark.get("group") is not None:

@@ -511,7 +511,7 @@ def test_counter_figures_show_errors_against_the_threshold(filled_store: StateSt
 
 NIGHTLY = Path(__file__).resolve().parents[2] / "examples" / "nightly.jsonl"
 ANALYZE_FIELDS = (
-    "index", "time", "commit", "forward_change_percent", "magnitude", "mean_before",
+    "index", "run_id", "time", "commit", "forward_change_percent", "magnitude", "mean_before",
     "stddev_before", "mean_after", "stddev_after", "pvalue", "direction",
 )  # fmt: skip
 

@@ -310,3 +310,30 @@ def test_an_admin_api_that_does_not_answer_is_logged_not_fatal(
         ("could not create the topic; its policies cannot be set before it exists", topic)
         for topic in (topics.verdicts, topics.verdicts, topics.dead_letter)
     ]
+
+
+def test_a_metric_given_in_another_unit_is_dead_lettered_and_stores_nothing() -> None:
+    def with_unit(run: int, p99: float, unit: str) -> bytes:
+        record = orjson.loads(record_bytes("api", run, {"p99": p99, "p50": 50.0}))
+        record["metrics"]["p99"]["unit"] = unit
+        return orjson.dumps(record)
+
+    moved = with_unit(2, 101_000.0, "us")  # the benchmark now reports microseconds
+    messages = [with_unit(1, 100.0, "ms"), moved, with_unit(3, 102.0, "ms")]
+    with ports([("api", m) for m in messages], batch_size=len(messages)) as p:
+        processor = p.processor(config())
+        processor.start()
+        while processor.poll_once():
+            pass
+        processor.close()
+        assert not p.records.unacknowledged()
+        [(payload, _, props)] = p.dead_letters.messages
+        assert payload == moved
+        assert props["perfwatch.error.kind"] == "unit_conflict"
+        assert props["perfwatch.error.path"] == "$.metrics.p99.unit"
+        assert "'api#2'" in props["perfwatch.error.message"]
+        assert "in 'us'" in props["perfwatch.error.message"]
+        # The whole record stays out, its other metric too; the runs around it went in.
+        for key in p.store.series_keys():
+            values = [point.value for point in p.store.series_points(key)]
+            assert values == ([100.0, 102.0] if key.metric == "p99" else [50.0, 50.0])

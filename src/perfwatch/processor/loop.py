@@ -13,7 +13,8 @@ version) goes to the dead-letter sink at once with the reason in properties.
 A valid record whose processing raises is negatively acknowledged (redelivered
 later) and dead-lettered with its traceback once its redelivery count reaches
 `max_redeliveries`. A record whose run id is stored already with other
-values is dead-lettered as a run conflict naming both. A store that cannot be
+values is dead-lettered as a run conflict naming both, and one that gives a
+metric in another unit than its series' as a unit conflict. A store that cannot be
 reached stops the processor instead: no record is dead-lettered for an outage.
 A broker that cannot be reached never stops it: the batch in hand is
 negatively acknowledged, its verdicts stay in the outbox, and the processor
@@ -41,6 +42,7 @@ from perfwatch.contract.codec import dumps, parse_record
 from perfwatch.contract.models import Record, Verdict
 from perfwatch.contract.validation import RecordError
 from perfwatch.processor.handlers import RecordHandler, build_handlers
+from perfwatch.processor.metric_info import UnitConflict
 from perfwatch.processor.observability import ProcessorMetrics
 from perfwatch.processor.outbox import OutboxRelay, PublishError
 from perfwatch.processor.ports import (
@@ -58,6 +60,7 @@ log = logging.getLogger("perfwatch.processor")
 
 PROCESSING_ERROR = "processing_error"
 RUN_CONFLICT = "run_conflict"
+UNIT_CONFLICT = "unit_conflict"
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
 _MAX_PROPERTY_CHARS = 8192
@@ -296,6 +299,8 @@ class Processor:
                 raise
             except RunConflict as conflict:  # at odds with a stored run: retrying cannot help
                 self._dead_letter(message, RUN_CONFLICT, conflict.path, str(conflict))
+            except UnitConflict as conflict:  # no continuation of its series: nor can this
+                self._dead_letter(message, UNIT_CONFLICT, conflict.path, str(conflict))
             except Exception as err:
                 self._hold_back(message, err, traceback.format_exc())
         return committed

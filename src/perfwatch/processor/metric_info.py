@@ -3,9 +3,14 @@
 A record may give a metric's unit and direction; the series' points keep only
 values. This handler stores, per series, the unit and the direction last
 declared (each field separately, as `perfwatch analyze` reads them from record
-files) in the blob namespace `metric-info`, key = the series key:
+files; the unit, once declared, stays) in the blob namespace `metric-info`, key = the series key:
 `{"unit": "ms", "direction": "lower_is_better"}`. It writes only when they
 change, so a steady stream costs a dictionary lookup per metric.
+
+A record that gives a series' metric in another unit than the one stored is a
+`UnitConflict`: its values are no continuation of the series' (a benchmark moved
+from ns to us would be a step of 1000x), so the processor dead-letters it, as
+`perfwatch analyze` refuses such a file.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import orjson
 
 from perfwatch.config import Config
 from perfwatch.contract.models import Record, Verdict
+from perfwatch.contract.validation import json_path
 from perfwatch.processor.changepoints import series_key
 from perfwatch.state import SeriesKey, StoreTransaction
 
@@ -27,6 +33,22 @@ METRIC_INFO_NAMESPACE = "metric-info"
 # Series whose stored information this processor knows, at most this many (the first
 # remembered are forgotten first).
 MAX_KNOWN_SERIES = 50_000
+
+
+class UnitConflict(ValueError):
+    """A record gives a metric in another unit than its series' stored one.
+
+    `path` locates the unit in the record (``$.metrics.latency.unit``).
+    """
+
+    def __init__(self, key: SeriesKey, run_id: str, stored: str, offered: str) -> None:
+        self.path = json_path(["metrics", key.metric, "unit"])
+        super().__init__(
+            f"{self.path}: run {run_id!r} gives series {key.canonical!r} in {offered!r}, its "
+            f"earlier runs are in {stored!r}: values in two units are no history; convert "
+            "the values to the stored unit, or record the metric under a new name from "
+            "this run on"
+        )
 
 
 def merged(info: dict[str, Any], unit: str | None, direction: str | None) -> dict[str, Any]:
@@ -71,6 +93,8 @@ class MetricInfoHandler:
             if known is None:
                 stored = tx.get_blob(METRIC_INFO_NAMESPACE, key.canonical)
                 known = stored_info(stored)
+            if value.unit is not None and known["unit"] not in (None, value.unit):
+                raise UnitConflict(key, record.run_id, known["unit"], value.unit)
             info = merged(known, value.unit, value.direction)
             if info != known:
                 tx.put_blob(METRIC_INFO_NAMESPACE, key.canonical, orjson.dumps(info))

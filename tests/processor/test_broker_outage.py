@@ -83,6 +83,16 @@ def drained(p: Ports) -> bool:
     return not p.records.unacknowledged() and not p.store.unpublished()
 
 
+def process_all(p: Ports) -> None:
+    """One processor handles every message on the topic, then stops."""
+    processor = p.processor(config())
+    processor.start()
+    while processor.poll_once():
+        pass
+    processor.close()
+    assert not p.records.unacknowledged()
+
+
 FAILED = "the broker failed; retrying later"
 
 
@@ -244,12 +254,7 @@ def test_a_run_id_sent_again_with_other_values_is_dead_lettered_as_a_conflict() 
     later = record_bytes("api", 2, {"p99": 101.0, "p50": 51.0})
     messages = [("api", first), ("api", copy), ("api", other), ("api", orjson.dumps(moved))]
     with ports([*messages, ("api", later)]) as p:
-        processor = p.processor(config())
-        processor.start()
-        while processor.poll_once():
-            pass
-        processor.close()
-        assert not p.records.unacknowledged()
+        process_all(p)
         reasons = [
             (
                 props["perfwatch.error.kind"],
@@ -321,12 +326,7 @@ def test_a_metric_given_in_another_unit_is_dead_lettered_and_stores_nothing() ->
     moved = with_unit(2, 101_000.0, "us")  # the benchmark now reports microseconds
     messages = [with_unit(1, 100.0, "ms"), moved, with_unit(3, 102.0, "ms")]
     with ports([("api", m) for m in messages], batch_size=len(messages)) as p:
-        processor = p.processor(config())
-        processor.start()
-        while processor.poll_once():
-            pass
-        processor.close()
-        assert not p.records.unacknowledged()
+        process_all(p)
         [(payload, _, props)] = p.dead_letters.messages
         assert payload == moved
         assert props["perfwatch.error.kind"] == "unit_conflict"

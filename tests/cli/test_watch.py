@@ -133,9 +133,19 @@ def test_alerts_only_keeps_confirmed_findings_and_verdicts_without_a_lifecycle()
     resized = with_finding(verdict("change_point.updated"), True, ["size", "pvalue"])
     old_style = verdict("change_point.updated")  # from a perfwatch before the lifecycle
     counters = verdict("counter_regression.detected")
+    # a check that found nothing is no problem to page anyone for (docs/counters-stream.md)
+    passed = verdict("counter_check.passed")
+    unjudged = verdict("counter_check.insufficient_baseline")
+    advice = verdict("recommendation")
     everything = [unconfirmed, confirmed, pvalue_only, resized, old_style, counters]
     alerts = VerdictFilter(alerts_only=True)
-    assert [d for d in everything if alerts.accepts(d)] == [confirmed, resized, old_style, counters]
+    assert [d for d in [*everything, passed, unjudged, advice] if alerts.accepts(d)] == [
+        confirmed,
+        resized,
+        old_style,
+        counters,
+        advice,
+    ]
     assert [summary_fields(d)["detail"] for d in everything[:5]] == [
         "(unconfirmed)",
         "(confirmed)",

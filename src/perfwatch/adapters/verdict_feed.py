@@ -78,10 +78,11 @@ def is_alert(verdict: Mapping[str, Any]) -> bool:
     40 series one after the other posts 6 messages, each with every series so far).
     A verdict without a finding block comes from a perfwatch before findings had
     a lifecycle: an alert. A suspicion (opened or withdrawn) is never an alert:
-    one run out of line is often an outlier.
+    one run out of line is often an outlier. Nor is a counter check that found
+    nothing (passed, or a baseline too small to judge): no problem to act on.
     """
     kind = str(verdict.get("kind", ""))
-    if kind in SUSPICION_KINDS:
+    if kind in SUSPICION_KINDS or kind in QUIET_CHECK_KINDS:
         return False
     if kind == "incident.updated":
         incident = block(verdict, "incident")
@@ -101,6 +102,7 @@ def is_alert(verdict: Mapping[str, Any]) -> bool:
 
 
 SUSPICION_KINDS = ("change_point.suspected", "change_point.withdrawn")
+QUIET_CHECK_KINDS = ("counter_check.passed", "counter_check.insufficient_baseline")
 
 
 def _grew_past_a_power_of_two_or_emptied(before: int, after: int) -> bool:

@@ -81,7 +81,11 @@ class IncidentStream:
         self.incident = Incident(commit, {})
 
     def change(
-        self, joined: Sequence[str] = (), left: Sequence[str] = (), change: float = 5.0
+        self,
+        joined: Sequence[str] = (),
+        left: Sequence[str] = (),
+        change: float = 5.0,
+        direction: str = "regression",
     ) -> dict[str, Any]:
         opened = not self.incident.members
         for finding in left:
@@ -89,7 +93,7 @@ class IncidentStream:
         for finding in joined:
             series = SeriesRef(f"svc/{finding}", "p99_ms", {"branch": "main"})
             self.incident.members[finding] = Incident.member(
-                series, finding, evidence(change=change)
+                series, finding, evidence(direction, change)
             )
         cause = SeriesRef(f"svc/{(list(joined) + list(left))[0]}", "p99_ms", {})
         return incident_verdict(

@@ -15,6 +15,7 @@ from _verdict_samples import INCIDENT_COMMIT as COMMIT
 from _verdict_samples import IncidentStream, member_update, verdict
 from perfwatch.adapters.alert_groups import AlertGroups, DueGroup
 from perfwatch.adapters.verdict_feed import is_alert, summary_fields
+from perfwatch.contract.validation import validate_verdict
 
 
 def sizes(due: Sequence[DueGroup[int]]) -> list[int | None]:
@@ -38,6 +39,20 @@ def test_the_first_message_waits_and_says_the_incident_as_it_stands() -> None:
     )
     assert groups.due(10_000) == []
     assert groups.holding == 0
+
+
+def test_a_message_is_a_valid_verdict_with_an_id_of_its_own() -> None:
+    stream, groups = IncidentStream(), AlertGroups[int](wait_s=30, interval_s=300)
+    a, b = "a" * 16, "b" * 16  # finding ids as the schema has them
+    read = [stream.change(joined=[a]), member_update(a, 9.0), stream.change(joined=[b])]
+    for held, document in enumerate(read):
+        groups.offer(document, held, now=held)
+    [due] = groups.due(30)
+    assert due.message is not None
+    assert validate_verdict(due.message) == []
+    # it says what none of the verdicts read says (a's newest evidence, no `joined`):
+    # a consumer keeping verdicts by id must not take it for one of them
+    assert due.message["verdict_id"] not in {document["verdict_id"] for document in read}
 
 
 def test_later_changes_are_batched_per_interval_and_posted_once_the_incident_doubled() -> None:

@@ -17,7 +17,7 @@ import pulsar
 import pytest
 from click.testing import CliRunner
 
-from _verdict_samples import COMMIT, EMITTED_AT, verdict
+from _verdict_samples import COMMIT, EMITTED_AT, IncidentStream, verdict
 from perfwatch.adapters.verdict_feed import (
     SeenVerdicts,
     VerdictFilter,
@@ -103,6 +103,25 @@ def test_filters() -> None:
     assert VerdictFilter(since=EMITTED_AT + timedelta(hours=1)).accepts(later)
 
 
+def test_an_incident_passes_the_filters_of_any_of_its_series() -> None:
+    """Confirmed findings with a commit alert only through their incident: a filter
+    on regressions or on a test must judge the incident by its members."""
+    stream = IncidentStream()
+    faster = stream.change(joined=["cache"], change=-6.0, direction="improvement")
+    slower = stream.change(joined=["search"])
+    emptied = stream.change(left=["cache", "search"])
+    alerts = VerdictFilter(regressions_only=True, alerts_only=True)
+    assert [alerts.accepts(document) for document in (faster, slower, emptied)] == [
+        False,
+        True,
+        False,
+    ]
+    # svc/search caused the update; svc/cache, the first member, is in it too
+    assert VerdictFilter(tests=["svc/cache"]).accepts(slower)
+    assert not VerdictFilter(tests=["svc/other"]).accepts(slower)
+    assert not VerdictFilter(tests=["svc/search"]).accepts(faster)
+
+
 def test_alerts_only_keeps_confirmed_findings_and_verdicts_without_a_lifecycle() -> None:
     def with_finding(document: dict, confirmed: bool, changed: list[str] | None = None) -> dict:
         finding = {"id": "ab" * 16, "state": "x", "confirmed": confirmed}
@@ -114,9 +133,19 @@ def test_alerts_only_keeps_confirmed_findings_and_verdicts_without_a_lifecycle()
     resized = with_finding(verdict("change_point.updated"), True, ["size", "pvalue"])
     old_style = verdict("change_point.updated")  # from a perfwatch before the lifecycle
     counters = verdict("counter_regression.detected")
+    # a check that found nothing is no problem to page anyone for (docs/counters-stream.md)
+    passed = verdict("counter_check.passed")
+    unjudged = verdict("counter_check.insufficient_baseline")
+    advice = verdict("recommendation")
     everything = [unconfirmed, confirmed, pvalue_only, resized, old_style, counters]
     alerts = VerdictFilter(alerts_only=True)
-    assert [d for d in everything if alerts.accepts(d)] == [confirmed, resized, old_style, counters]
+    assert [d for d in [*everything, passed, unjudged, advice] if alerts.accepts(d)] == [
+        confirmed,
+        resized,
+        old_style,
+        counters,
+        advice,
+    ]
     assert [summary_fields(d)["detail"] for d in everything[:5]] == [
         "(unconfirmed)",
         "(confirmed)",

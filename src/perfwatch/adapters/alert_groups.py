@@ -18,11 +18,14 @@ message was posted.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+
+import orjson
 
 from perfwatch.adapters.verdict_feed import block, listed
 
@@ -154,6 +157,7 @@ class AlertGroups(Generic[Held]):
             message = {**group.latest, "kind": "incident.updated"}
         if message is not None:
             message["incident"] = {**incident, "members": members}
+            message["verdict_id"] = _message_id(message)
             group.posted, group.posted_at = ids, now
         held, group.held, group.due = group.held, [], None
         return DueGroup(message, held)
@@ -190,6 +194,17 @@ def is_news(posted: int, now: int) -> bool:
     `is_alert` does for single verdicts; one first posted with 3 posts next at 6.
     """
     return now == 0 < posted or (now > 0 and now >= 2 * posted)
+
+
+def _message_id(message: Mapping[str, Any]) -> str:
+    """A grouped message's own verdict id: a hash of what it says (32 hex digits).
+
+    It is not the incident verdict it was made from (its members carry their newest
+    evidence, `joined` and `left` count from the last message), so it must not take
+    that verdict's id; the same verdicts read give the same message and id.
+    """
+    said = {name: value for name, value in message.items() if name != "verdict_id"}
+    return hashlib.sha256(orjson.dumps(said, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
 
 
 def _known_before(incident: Mapping[str, Any]) -> set[str]:

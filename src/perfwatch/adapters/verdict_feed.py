@@ -50,12 +50,21 @@ def parse_since(text: str, now: datetime) -> datetime:
 
 
 def is_regression(verdict: Mapping[str, Any]) -> bool:
+    """A regression: a change point's, the counter check's, or an incident with a
+    regression among its series (an incident is how confirmed findings alert)."""
     kind = verdict.get("kind")
     if kind == "counter_regression.detected":
         return True
     if kind in ("change_point.detected", "change_point.confirmed", "change_point.updated"):
         return block(verdict, "change_point").get("direction") == "regression"
+    if kind in ("incident.opened", "incident.updated"):
+        return any(member.get("direction") == "regression" for member in _members(verdict))
     return False
+
+
+def _members(verdict: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """An incident verdict's members (none for other kinds)."""
+    return [m for m in listed(block(verdict, "incident"), "members") if isinstance(m, Mapping)]
 
 
 def is_alert(verdict: Mapping[str, Any]) -> bool:
@@ -69,10 +78,11 @@ def is_alert(verdict: Mapping[str, Any]) -> bool:
     40 series one after the other posts 6 messages, each with every series so far).
     A verdict without a finding block comes from a perfwatch before findings had
     a lifecycle: an alert. A suspicion (opened or withdrawn) is never an alert:
-    one run out of line is often an outlier.
+    one run out of line is often an outlier. Nor is a counter check that found
+    nothing (passed, or a baseline too small to judge): no problem to act on.
     """
     kind = str(verdict.get("kind", ""))
-    if kind in SUSPICION_KINDS:
+    if kind in SUSPICION_KINDS or kind in QUIET_CHECK_KINDS:
         return False
     if kind == "incident.updated":
         incident = block(verdict, "incident")
@@ -92,6 +102,7 @@ def is_alert(verdict: Mapping[str, Any]) -> bool:
 
 
 SUSPICION_KINDS = ("change_point.suspected", "change_point.withdrawn")
+QUIET_CHECK_KINDS = ("counter_check.passed", "counter_check.insufficient_baseline")
 
 
 def _grew_past_a_power_of_two_or_emptied(before: int, after: int) -> bool:
@@ -116,7 +127,7 @@ def block(verdict: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 class VerdictFilter:
     """Which verdicts to keep; an empty `tests` or `kinds` keeps all."""
 
-    tests: Sequence[str] = ()  # globs on the series' test id
+    tests: Sequence[str] = ()  # globs on the series' test id (or an incident member's)
     kinds: Sequence[str] = ()  # exact kinds, or a family such as "change_point"
     regressions_only: bool = False
     since: datetime | None = None
@@ -125,8 +136,12 @@ class VerdictFilter:
     def accepts(self, verdict: Mapping[str, Any]) -> bool:
         if self.alerts_only and not is_alert(verdict):
             return False
-        test = str(block(verdict, "series").get("test", ""))
-        if self.tests and not any(fnmatch.fnmatchcase(test, glob) for glob in self.tests):
+        # an incident concerns every series in it, not only the one that changed last
+        tests = {str(block(verdict, "series").get("test", ""))}
+        tests.update(str(member.get("test", "")) for member in _members(verdict))
+        if self.tests and not any(
+            fnmatch.fnmatchcase(test, glob) for test in tests for glob in self.tests
+        ):
             return False
         kind = str(verdict.get("kind", ""))
         if self.kinds and not any(

@@ -120,7 +120,7 @@ def forward(
 
     By default only what alerting acts on: incidents (the confirmed change
     points of all series at a commit), confirmed change points without a commit,
-    their updates beyond the p-value, and the other detectors' verdicts
+    their updates beyond the p-value, counter regressions and recommendations
     (--all-events: every verdict, each as it comes).
 
     An incident's verdicts are grouped as Alertmanager groups alerts: its first

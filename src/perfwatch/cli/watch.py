@@ -115,14 +115,24 @@ def _with_source_options(command: Callable[..., Any], *, alerts_only: bool) -> C
     shared_options = [
         broker_options,
         verdicts_topic_option,
-        click.option("--test", "tests", multiple=True, metavar="GLOB", help="Only these tests."),
+        click.option(
+            "--test",
+            "tests",
+            multiple=True,
+            metavar="GLOB",
+            help="Only these tests (an incident: if any of its series is one).",
+        ),
         click.option(
             "--kind",
             "kinds",
             multiple=True,
             help=f"Only these kinds or families (change_point, ...): {', '.join(KINDS)}.",
         ),
-        click.option("--regressions-only", is_flag=True, help="Only regressions."),
+        click.option(
+            "--regressions-only",
+            is_flag=True,
+            help="Only regressions (an incident: if any of its series regressed).",
+        ),
         click.option(
             "--alerts-only/--all-events",
             "alerts",

@@ -136,7 +136,7 @@ def verdict_doc(kind: str) -> dict[str, Any]:
     return doc
 
 
-VERDICT_KINDS = load_schema("verdict")["properties"]["kind"]["enum"]
+VERDICT_KINDS = load_schema("verdict")["properties"]["kind"]["examples"]
 
 
 def paths(problems: list[validation.Problem]) -> set[str]:

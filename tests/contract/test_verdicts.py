@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from perfwatch.adapters.verdict_feed import is_alert, summary_fields
 from perfwatch.contract.codec import dumps
-from perfwatch.contract.models import ChangePointEvidence, SeriesRef
+from perfwatch.contract.models import ChangePointEvidence, SeriesRef, VerdictKind
 from perfwatch.contract.validation import load_schema, validate_verdict
 from perfwatch.contract.verdicts import (
     CONFIRMED,
@@ -451,6 +452,20 @@ def test_incident_verdicts_are_deterministic_and_valid() -> None:
 @pytest.mark.parametrize("document", ["README.md", "docs/records.md"])
 def test_every_verdict_kind_is_documented_for_consumers(document: str) -> None:
     """A consumer reads the kinds it may receive in the README and the record reference."""
-    kinds = load_schema("verdict")["properties"]["kind"]["enum"]
+    kinds = load_schema("verdict")["properties"]["kind"]["examples"]
     text = (Path(__file__).parents[2] / document).read_text(encoding="utf-8")
     assert [kind for kind in kinds if f"`{kind}`" not in text] == []
+
+
+def test_kinds_are_an_open_set_of_dotted_names() -> None:
+    """A consumer validating with this schema accepts a kind a later perfwatch publishes
+    (and ignores it); the kinds this one publishes are the schema's examples."""
+    from _verdict_samples import verdict
+
+    assert load_schema("verdict")["properties"]["kind"]["examples"] == list(get_args(VerdictKind))
+    doc = verdict("change_point.detected")
+    doc["kind"] = "change_point.foreseen"
+    assert validate_verdict(doc) == []
+    for malformed in ("Change_point.detected", "change point", "a.b.c", "", "change_point."):
+        doc["kind"] = malformed
+        assert [problem.path for problem in validate_verdict(doc)] == ["$.kind"], malformed

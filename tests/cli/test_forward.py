@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +45,7 @@ class Webhook:
         self.requests: list[tuple[bytes, str]] = []  # body, content type
         self.accepted: list[bytes] = []
         self.attempts: dict[str, int] = defaultdict(int)
+        self.requested = threading.Event()  # set by the first request
         webhook = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -69,6 +69,7 @@ class Webhook:
 
     def _answer(self, body: bytes, content_type: str) -> tuple[int, dict[str, str]]:
         self.requests.append((body, content_type))
+        self.requested.set()
         key = next((key for key in self.plan if key.encode() in body), None)
         if key is not None:
             self.attempts[key] += 1
@@ -98,12 +99,18 @@ def webhook_factory() -> Iterator[Callable[..., Webhook]]:
 
 
 def _sender(url: str, sleeps: list[float], **options: float) -> WebhookSender:
+    """A sender whose back-offs are recorded in `sleeps` instead of waited out."""
+
+    def wait(seconds: float) -> bool:
+        sleeps.append(seconds)
+        return False  # not stopped
+
     return WebhookSender(
         url,
         max_attempts=int(options.get("max_attempts", 3)),
         initial_backoff_s=options.get("initial_backoff_s", 0.5),
         max_backoff_s=options.get("max_backoff_s", 1.5),
-        sleep=sleeps.append,
+        wait=wait,
     )
 
 
@@ -177,6 +184,17 @@ def test_slack_payload_and_template() -> None:
 
 
 # --- through the brokers -----------------------------------------------------------------
+
+
+def test_a_stop_during_a_back_off_ends_the_delivery_at_once(webhook_factory: Callable) -> None:
+    webhook = webhook_factory({"down": [500] * 10})
+    stop = threading.Event()
+    stop.set()
+    sender = WebhookSender(webhook.url, max_attempts=5, initial_backoff_s=600, wait=stop.wait)
+    delivery = sender.deliver(b'{"text": "down"}')
+    assert (delivery.accepted, delivery.stopped, delivery.attempts) == (False, True, 1)
+    assert delivery.error == "HTTP 500 Internal Server Error: failing on purpose"
+    assert webhook.attempts["down"] == 1
 
 
 @pytest.fixture
@@ -401,6 +419,25 @@ def test_a_forwarder_stopped_while_holding_a_group_gets_its_verdicts_again(
     assert "2 series" in orjson.loads(body)["text"]
 
 
+def _sigterm_after_a_request(webhook: Webhook, arguments: list[str]) -> str:
+    """Run `perfwatch forward ARGUMENTS`, SIGTERM it once `webhook` had a request; its
+    stderr, once it ended as a stop should: exit status 0, no traceback."""
+    forwarder = subprocess.Popen(
+        [*PERFWATCH, "forward", *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert webhook.requested.wait(60), "no request within 60 s"
+    finally:
+        forwarder.send_signal(signal.SIGTERM)
+        _, stderr = forwarder.communicate(timeout=60)
+    assert forwarder.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    return stderr
+
+
 def test_sigterm_posts_the_groups_held_and_stops_cleanly(
     embedded_broker: BrokerHandle, incident_feed: tuple[str, Webhook, IncidentStream]
 ) -> None:
@@ -414,26 +451,13 @@ def test_sigterm_posts_the_groups_held_and_stops_cleanly(
         _publish(client, topic, [*documents, verdict("counter_regression.detected")])
     finally:
         client.close()
-    forwarder = subprocess.Popen(
+    stderr = _sigterm_after_a_request(
+        webhook,
         [
-            *PERFWATCH,
-            *("forward", "--webhook", webhook.url, "--group-wait", "600", "--from-earliest"),
+            *("--webhook", webhook.url, "--group-wait", "600", "--from-earliest"),
             *("--pulsar-url", embedded_broker.service_url, "--verdicts-topic", topic),
         ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
-    try:
-        deadline = time.monotonic() + 60
-        while not webhook.accepted and forwarder.poll() is None:
-            assert time.monotonic() < deadline, "nothing posted within 60 s"
-            time.sleep(0.1)
-    finally:
-        forwarder.send_signal(signal.SIGTERM)
-        _, stderr = forwarder.communicate(timeout=60)
-    assert forwarder.returncode == 0, stderr
-    assert "Traceback" not in stderr
     assert "2 delivered, 0 dead-lettered" in stderr
     assert "2 series" in orjson.loads(webhook.accepted[-1])["text"]
 
@@ -461,3 +485,32 @@ def test_group_wait_zero_posts_each_alert_as_it_comes(
     assert [len(members) for members in posted] == sizes
     grouped = 0 if group_wait == "0" else 4
     assert f"{grouped} grouped into incident messages" in result.stderr
+
+
+def test_sigterm_during_a_back_off_stops_at_once_and_the_verdict_comes_again(
+    embedded_broker: BrokerHandle, unique_topic: Callable[[str], str], webhook_factory: Callable
+) -> None:
+    """A failing webhook and a 600 s back-off: a stop ends the forwarder without waiting it
+    out, and the verdict it was retrying, unacknowledged, is delivered again."""
+    topic = unique_topic("verdicts")
+    webhook = webhook_factory({"": [500] * 10})  # every request refused
+    payload = dumps(verdict("counter_regression.detected"))
+    client = make_client(embedded_broker)
+    try:
+        client.create_producer(topic).send(payload)
+        # the stop comes well within the back-off, which it does not wait out
+        stderr = _sigterm_after_a_request(
+            webhook,
+            [
+                *("--webhook", webhook.url, "--from-earliest"),
+                *("--backoff", "600", "--max-backoff", "600"),
+                *("--pulsar-url", embedded_broker.service_url, "--verdicts-topic", topic),
+            ],
+        )
+        assert "0 delivered, 0 dead-lettered" in stderr
+        assert "1 verdict(s) left unacknowledged" in stderr
+        assert len(webhook.requests) == 1
+        again = _subscribe(client, topic, "perfwatch-forward").receive(timeout_millis=10_000)
+        assert again.data() == payload
+    finally:
+        client.close()

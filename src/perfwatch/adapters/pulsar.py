@@ -91,7 +91,7 @@ class PulsarRecordSource:
             )
         log.info(
             "subscribed",
-            extra={"topic": self._topic, "subscription_type": str(self._subscription_type)},
+            extra={"topic": self._topic, "subscription_type": self._subscription_type.name},
         )
 
     def receive_batch(self) -> list[InboundMessage]:

@@ -4,12 +4,14 @@ A verdict is acknowledged on the verdicts topic only once the webhook accepted
 it (any 2xx answer). Failures that may pass (no connection, timeouts, 5xx, 408,
 429) are retried with exponential back-off; after `max_attempts` tries, or at
 once for an answer that retrying cannot change (another 4xx), the verdict goes
-to a dead-letter topic with the reason, and only then is it acknowledged.
+to a dead-letter topic with the reason, and only then is it acknowledged. A stop
+that cuts a back-off short leaves the verdict unacknowledged: it is delivered again.
 """
 
 from __future__ import annotations
 
 import string
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -77,10 +79,16 @@ class Delivery:
     accepted: bool
     attempts: int
     error: str | None = None  # the last failure, when not accepted
+    stopped: bool = False  # a stop ended the back-off before the next try
 
 
 class WebhookSender:
-    """POSTs a body to a URL, retrying with exponential back-off."""
+    """POSTs a body to a URL, retrying with exponential back-off.
+
+    `wait(seconds)` waits out a back-off and is true when a stop cut it short (a
+    `threading.Event`'s wait): the delivery then ends at once, not accepted and
+    `stopped`.
+    """
 
     def __init__(
         self,
@@ -91,7 +99,7 @@ class WebhookSender:
         max_backoff_s: float = 60.0,
         timeout_s: float = 10.0,
         client: httpx.Client | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        wait: Callable[[float], bool] | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -100,7 +108,7 @@ class WebhookSender:
         self.initial_backoff_s = initial_backoff_s
         self.max_backoff_s = max_backoff_s
         self._client = client or httpx.Client(timeout=timeout_s)
-        self._sleep = sleep
+        self._wait = wait or threading.Event().wait  # an event never set: the full wait
 
     def close(self) -> None:
         self._client.close()
@@ -136,8 +144,8 @@ class WebhookSender:
                 if 400 <= status < 500 and status not in _RETRYABLE_STATUS:
                     return Delivery(False, attempt, f"{error} (not retried)")
                 retry_after = response.headers.get("Retry-After")
-            if attempt < self.max_attempts:
-                self._sleep(self.backoff_s(attempt, retry_after))
+            if attempt < self.max_attempts and self._wait(self.backoff_s(attempt, retry_after)):
+                return Delivery(False, attempt, error, stopped=True)
         return Delivery(False, self.max_attempts, error)
 
 
@@ -147,6 +155,7 @@ class ForwardStats:
     dead_lettered: int = 0
     skipped: int = 0
     grouped: int = 0  # verdicts acknowledged with their incident's message (or its no news)
+    left_unacknowledged: int = 0  # held by a message whose retries a stop cut short
 
 
 def forward_verdicts(
@@ -172,7 +181,10 @@ def forward_verdicts(
     A message is acknowledged once it is delivered (alone or in its group's
     message), filtered out, or safely on the dead-letter topic; if even the
     dead-letter send fails, the error propagates and the message stays
-    unacknowledged for redelivery. `on_outcome(message, text)` is told what
+    unacknowledged for redelivery. So does a stop that cuts a retry's back-off short
+    (`sender.deliver` answers `stopped`): forwarding ends there, the message (or its
+    group's messages) unacknowledged and the groups still held not posted, all of
+    them delivered again when forwarding resumes. `on_outcome(message, text)` is told what
     happened to each message posted, grouped or dead-lettered; those filtered out or
     forwarded already are only counted (`stats.skipped`).
     """
@@ -190,6 +202,9 @@ def forward_verdicts(
 
     def post(body: bytes, held: list[pulsar.Message]) -> str:
         delivery = sender.deliver(body)
+        if delivery.stopped:
+            stats.left_unacknowledged += len(held)
+            raise _RetriesStopped
         if delivery.accepted:
             stats.delivered += 1
             return f"delivered after {delivery.attempts} attempt(s)"
@@ -211,42 +226,52 @@ def forward_verdicts(
                 stats.grouped += 1
                 settle(message, f"in its incident's group: {outcome}")
 
-    for message in messages:
-        if message is not None:
-            payload = message.data()
-            try:
-                verdict = orjson.loads(payload)
-                if not isinstance(verdict, dict):
-                    raise ValueError(f"a JSON {type(verdict).__name__}, not a verdict object")
-            except ValueError as error:
-                settle(message, _dead_letter(dead_letter, message, f"not a verdict: {error}", 0))
-                stats.dead_lettered += 1
+    def take(message: pulsar.Message) -> None:
+        payload = message.data()
+        try:
+            verdict = orjson.loads(payload)
+            if not isinstance(verdict, dict):
+                raise ValueError(f"a JSON {type(verdict).__name__}, not a verdict object")
+        except ValueError as error:
+            settle(message, _dead_letter(dead_letter, message, f"not a verdict: {error}", 0))
+            stats.dead_lettered += 1
+        else:
+            if not seen.first_time(verdict):
+                stats.skipped += 1
+                settle(message, None)  # this verdict id was already forwarded
+            elif (
+                groups is not None
+                and grouping_filter.accepts(verdict)
+                and groups.offer(verdict, message, clock())
+            ):
+                pass  # acknowledged when its group is due
+            elif verdict_filter.accepts(verdict):
+                settle(
+                    message,
+                    post(
+                        payload if style == "raw" else slack_payload(verdict, template),
+                        [message],
+                    ),
+                )
             else:
-                if not seen.first_time(verdict):
-                    stats.skipped += 1
-                    settle(message, None)  # this verdict id was already forwarded
-                elif (
-                    groups is not None
-                    and grouping_filter.accepts(verdict)
-                    and groups.offer(verdict, message, clock())
-                ):
-                    pass  # acknowledged when its group is due
-                elif verdict_filter.accepts(verdict):
-                    settle(
-                        message,
-                        post(
-                            payload if style == "raw" else slack_payload(verdict, template),
-                            [message],
-                        ),
-                    )
-                else:
-                    stats.skipped += 1
-                    settle(message, None)
+                stats.skipped += 1
+                settle(message, None)
+
+    try:
+        for message in messages:
+            if message is not None:
+                take(message)
+            if groups is not None:
+                post_groups(groups.due(clock()))
         if groups is not None:
-            post_groups(groups.due(clock()))
-    if groups is not None:
-        post_groups(groups.flush())
+            post_groups(groups.flush())
+    except _RetriesStopped:
+        pass  # the messages held stay unacknowledged
     return stats
+
+
+class _RetriesStopped(Exception):
+    """A stop cut a delivery's back-off short: forwarding ends, nothing more settled."""
 
 
 def _dead_letter(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from perfwatch.cli.options import (
     store_option,
     verdicts_topic_option,
 )
+from perfwatch.cli.signals import stop_on_signals
 
 # What the dashboard imports from the `dashboard` extra.
 DASHBOARD_MODULES = ("starlette", "uvicorn", "jinja2", "plotly")
@@ -72,71 +74,74 @@ def dashboard(
     broker that does not answer is retried in the background; the store is
     still read.
     """
-    for module in DASHBOARD_MODULES:
-        require(module, "dashboard", feature="the dashboard")
-    config = load_command_config(config_path)
-    # Bound here, not by the server: a port in use is bad input, and --port 0's port is known.
-    listening = bound_socket(host, port, "--port")
-    click.get_current_context().call_on_close(listening.close)
+    # SIGTERM at any stage is an orderly stop, exit status 0: the web server's own handler
+    # shuts it down, then raises the signal again, which ends here instead of the process.
+    with stop_on_signals((signal.SIGTERM,)):
+        for module in DASHBOARD_MODULES:
+            require(module, "dashboard", feature="the dashboard")
+        config = load_command_config(config_path)
+        # Bound here, not by the server: a port in use is bad input, and --port 0's port is known.
+        listening = bound_socket(host, port, "--port")
+        click.get_current_context().call_on_close(listening.close)
 
-    import uvicorn
+        import uvicorn
 
-    from perfwatch.dashboard.app import DashboardSettings, create_app
-    from perfwatch.dashboard.live import TopicSettings
-    from perfwatch.processor.observability import configure_logging
-    from perfwatch.state import StoreError, StoreUnavailable, open_store
+        from perfwatch.dashboard.app import DashboardSettings, create_app
+        from perfwatch.dashboard.live import TopicSettings
+        from perfwatch.processor.observability import configure_logging
+        from perfwatch.state import StoreError, StoreUnavailable, open_store
 
-    level = config.observability.log_level
-    # The web server's lines in the same format (JSON logs are one object per line).
-    configure_logging(config.observability.log_format, level, ("perfwatch", "uvicorn"))
+        level = config.observability.log_level
+        # The web server's lines in the same format (JSON logs are one object per line).
+        configure_logging(config.observability.log_format, level, ("perfwatch", "uvicorn"))
 
-    topic = None
-    if follow_topic:
-        broker = config.broker
-        if broker.url not in (None, "embedded") and not broker.url.startswith("pulsar"):
-            raise click.BadParameter(
-                f"{broker.url!r}: the dashboard joins a broker, it does not start one; "
-                "give pulsar://host:port, pulsar+ssl://host:port or 'embedded'",
-                param_hint="--pulsar-url / broker.url",
+        topic = None
+        if follow_topic:
+            broker = config.broker
+            if broker.url not in (None, "embedded") and not broker.url.startswith("pulsar"):
+                raise click.BadParameter(
+                    f"{broker.url!r}: the dashboard joins a broker, it does not start one; "
+                    "give pulsar://host:port, pulsar+ssl://host:port or 'embedded'",
+                    param_hint="--pulsar-url / broker.url",
+                )
+            topic = TopicSettings(
+                service_url=_embedded_locator(embedded_dir)
+                if broker.url in (None, "embedded")
+                else broker.url,
+                topic=config.topics.verdicts,
+                subscription=subscription,
+                broker=broker,
             )
-        topic = TopicSettings(
-            service_url=_embedded_locator(embedded_dir)
-            if broker.url in (None, "embedded")
-            else broker.url,
-            topic=config.topics.verdicts,
-            subscription=subscription,
-            broker=broker,
+        try:  # the application opens the store again at start-up; fail here, clearly
+            open_store(config.store.url).close()
+        except StoreUnavailable as error:
+            raise ServiceUnavailable(f"state store unavailable: {error}") from None
+        except StoreError as error:
+            raise InputError(str(error)) from None
+        settings = DashboardSettings(
+            store_url=config.store.url, topic=topic, poll_interval_s=poll_interval, config=config
         )
-    try:  # the application opens the store again at start-up; fail here, clearly
-        open_store(config.store.url).close()
-    except StoreUnavailable as error:
-        raise ServiceUnavailable(f"state store unavailable: {error}") from None
-    except StoreError as error:
-        raise InputError(str(error)) from None
-    settings = DashboardSettings(
-        store_url=config.store.url, topic=topic, poll_interval_s=poll_interval, config=config
-    )
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings),
-            host=host,
-            port=port,
-            log_level=level,
-            log_config=None,
-            # Event streams never end by themselves: give them a moment, then close them.
-            timeout_graceful_shutdown=2,
-            access_log=level == "debug",
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(settings),
+                host=host,
+                port=port,
+                log_level=level,
+                log_config=None,
+                # Event streams never end by themselves: give them a moment, then close them.
+                timeout_graceful_shutdown=2,
+                access_log=level == "debug",
+            )
         )
-    )
-    url_host = f"[{host}]" if ":" in host else host
-    logging.getLogger("perfwatch.dashboard").info(
-        "dashboard starting",
-        extra={
-            "url": f"http://{url_host}:{listening.getsockname()[1]}/",
-            "store": config.store.url.split("@")[-1],
-        },
-    )
-    server.run(sockets=[listening])
+        url_host = f"[{host}]" if ":" in host else host
+        logging.getLogger("perfwatch.dashboard").info(
+            "dashboard starting",
+            extra={
+                "url": f"http://{url_host}:{listening.getsockname()[1]}/",
+                "store": config.store.url.split("@")[-1],
+            },
+        )
+        server.run(sockets=[listening])
 
 
 def _embedded_locator(embedded_dir: Path | None) -> Any:

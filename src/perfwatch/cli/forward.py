@@ -143,20 +143,20 @@ def forward(
     except TemplateError as error:
         raise InputError(f"--template: {error}") from None
     undeliverable_topic = undeliverable_topic or f"{source.topic}-{subscription}-DLQ"
-    sender = WebhookSender(
-        webhook,
-        max_attempts=max_attempts,
-        initial_backoff_s=backoff,
-        max_backoff_s=max_backoff,
-        timeout_s=timeout,
-    )
 
     import pulsar
 
     def report(message: pulsar.Message, outcome: str) -> None:
         click.echo(f"{message.message_id()}: {outcome}", err=True)
 
-    with connected_client(source.config, topic=source.topic) as client:
+    # SIGTERM (a service manager stopping it) ends the input as --limit does: the verdict
+    # in hand is finished (a retry's back-off is cut short, leaving it unacknowledged),
+    # waiting groups are posted, exit status 0. Before the broker answers it ends the
+    # connection attempts.
+    with (
+        stop_on_signals((signal.SIGTERM,)) as stop,
+        connected_client(source.config, topic=source.topic) as client,
+    ):
         consumer = client.subscribe(
             source.topic,
             subscription,
@@ -164,11 +164,17 @@ def forward(
             initial_position=source.initial_position,
         )
         dead_letter = client.create_producer(undeliverable_topic)
+        sender = WebhookSender(
+            webhook,
+            max_attempts=max_attempts,
+            initial_backoff_s=backoff,
+            max_backoff_s=max_backoff,
+            timeout_s=timeout,
+            wait=stop.wait,
+        )
         click.echo(f"forwarding {source.topic} to the webhook", err=True)
-        # SIGTERM (a service manager stopping it) ends the input as --limit does: the
-        # verdict in hand is finished, waiting groups are posted, exit status 0.
-        with stop_on_signals((signal.SIGTERM,)) as stop:
-            try:
+        try:
+            with stop.polled():
                 grouping = source.verdict_filter.alerts_only and group_wait > 0
                 stats = forward_verdicts(
                     _first_messages(
@@ -184,16 +190,21 @@ def forward(
                     on_outcome=report,
                     groups=AlertGroups(group_wait, group_interval) if grouping else None,
                 )
-            finally:
-                sender.close()
-                consumer.close()
-                dead_letter.close()
-    click.echo(
-        f"{stats.delivered} delivered, {stats.dead_lettered} dead-lettered to "
-        f"{undeliverable_topic}, {stats.skipped} filtered out, {stats.grouped} grouped "
-        "into incident messages",
-        err=True,
-    )
+        finally:
+            sender.close()
+            consumer.close()
+            dead_letter.close()
+        summary = (
+            f"{stats.delivered} delivered, {stats.dead_lettered} dead-lettered to "
+            f"{undeliverable_topic}, {stats.skipped} filtered out, {stats.grouped} grouped "
+            "into incident messages"
+        )
+        if stats.left_unacknowledged:
+            summary += (
+                f"; stopped while retrying: {stats.left_unacknowledged} verdict(s) left "
+                "unacknowledged, delivered again when forwarding resumes"
+            )
+        click.echo(summary, err=True)
 
 
 def _is_http_url(url: str) -> bool:

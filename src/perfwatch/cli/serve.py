@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +18,7 @@ from perfwatch.cli.options import (
     store_option,
     verdicts_topic_option,
 )
-from perfwatch.cli.signals import stop_on_signals
+from perfwatch.cli.signals import StopRequest, stop_on_signals
 
 if TYPE_CHECKING:
     from perfwatch.config import Config
@@ -27,12 +26,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("perfwatch.processor")
 
 
-def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
-    """Connect broker and store as configured and process until SIGTERM or SIGINT.
+def run_processor(config: Config, stop: StopRequest, embedded_dir: Path | None = None) -> None:
+    """Connect broker and store as configured and process until `stop` is set.
 
-    The signals stop the processor gracefully only once it runs: before, Ctrl-C
-    interrupts the connection attempts. Either way Ctrl-C ends in KeyboardInterrupt
-    (exit status 130); SIGTERM, the orderly stop, returns.
+    The signals stop the processor gracefully only once it runs: before, they
+    interrupt the connection attempts (see `stop_on_signals`).
     """
     from perfwatch.adapters.pulsar import pulsar_processor
     from perfwatch.adapters.pulsar_admin import prepare_topics
@@ -69,10 +67,8 @@ def run_processor(config: Config, embedded_dir: Path | None = None) -> None:
                     subscription_type=handle.subscription_type(),
                     metrics=metrics,
                 )
-                with stop_on_signals() as stop:
+                with stop.polled():
                     processor.run(stop)
-                if stop.signal == signal.SIGINT:
-                    raise KeyboardInterrupt  # stopped cleanly, and reported as interrupted
         finally:
             if stop_metrics is not None:
                 stop_metrics()
@@ -113,7 +109,8 @@ def serve(config_path: Path | None, embedded_dir: Path | None) -> None:
     config = load_command_config(config_path)
     configure_logging(config.observability.log_format, config.observability.log_level)
     try:
-        run_processor(config, embedded_dir)
+        with stop_on_signals() as stop:
+            run_processor(config, stop, embedded_dir)
     except StoreUnavailable as error:
         raise ServiceUnavailable(f"state store unavailable: {error}") from None
     except (StoreError, ProcessorError) as error:

@@ -230,7 +230,12 @@ def watch(
     import pulsar
 
     stdout = sys.stdout.buffer
-    with connected_client(source.config, topic=source.topic) as client:
+    # SIGTERM (a service manager stopping it) ends the output as --limit does, exit status
+    # 0; before the broker answers it ends the connection attempts.
+    with (
+        stop_on_signals((signal.SIGTERM,)) as stop,
+        connected_client(source.config, topic=source.topic) as client,
+    ):
         feed: pulsar.Consumer | _ReaderFeed
         if subscription is None:
             start_at = (
@@ -248,9 +253,8 @@ def watch(
         click.echo(f"watching {source.topic} from the {start} verdict", err=True)
         shown = 0
         seen = SeenVerdicts()
-        # SIGTERM (a service manager stopping it) ends the output as --limit does: exit 0.
         try:
-            with stop_on_signals((signal.SIGTERM,)) as stop:
+            with stop.polled():
                 for message in receive_messages(
                     feed, idle_timeout_s=source.idle_timeout_s, stop=stop
                 ):

@@ -32,7 +32,6 @@ PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"
 CLOSED_PORT_URL = "pulsar://127.0.0.1:1"  # nothing listens on port 1 of loopback
 PULSAR_COMMANDS = ("publish", "watch", "forward", "serve", "profile", "dashboard")
 BROKER_OPTIONS = {
-    "--config",
     "--pulsar-url",
     "--auth-token",
     "--tls-trust-certs",
@@ -41,8 +40,17 @@ BROKER_OPTIONS = {
     "--connect-timeout",
     "--pulsar-log-level",
 }
+# The commands reading the configuration file: those talking to Pulsar, and analyze
+# for its [analyzer] rules and [directions].
+CONFIG_COMMANDS = (*PULSAR_COMMANDS, "analyze")
 # Options that several commands share: one definition, the same help everywhere.
-SHARED_OPTIONS = BROKER_OPTIONS | {"--records-topic", "--verdicts-topic", "--log-level", "--store"}
+SHARED_OPTIONS = BROKER_OPTIONS | {
+    "--config",
+    "--records-topic",
+    "--verdicts-topic",
+    "--log-level",
+    "--store",
+}
 
 
 def _error_line(stderr: str, command: str) -> str:
@@ -734,6 +742,11 @@ def test_every_command_talking_to_pulsar_has_the_same_broker_options() -> None:
     for path, command in commands.items():
         if path not in PULSAR_COMMANDS:
             assert not BROKER_OPTIONS & set(_options(command)), path
+
+
+def test_the_commands_reading_the_configuration_file_offer_config() -> None:
+    offering = {path for path, command in _commands() if "--config" in _options(command)}
+    assert offering == set(CONFIG_COMMANDS)
 
 
 def test_a_shared_option_means_the_same_in_every_command() -> None:

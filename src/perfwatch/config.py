@@ -32,6 +32,8 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from perfwatch.config_file import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, config_file_in_use
+
 if TYPE_CHECKING:
     from pydantic.config import JsonDict
 
@@ -47,8 +49,6 @@ INPUT_CLUSTERING_METHODS: tuple[str, ...] = get_args(ClusteringMethod)
 RecommendationRule = Literal["paired", "paper"]
 # the counter check's decision rule (perfwatch.detectors.counters.Decision)
 CounterDecision = Literal["pvalue", "threshold"]
-CONFIG_ENV_VAR = "PERFWATCH_CONFIG"
-DEFAULT_CONFIG_FILE = "perfwatch.toml"
 ENV_PREFIX = "PERFWATCH_"
 # PERFWATCH_ variables that are not settings: the file's path, the Pulsar jars' cache, the
 # database password the deployments build the store URL from, and the Otava comparison's.
@@ -496,15 +496,13 @@ def _environment_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[tup
     return values, names
 
 
-def _read_file(path: Path, explicit: bool) -> dict[str, Any]:
+def _read_file(path: Path) -> dict[str, Any]:
     """The TOML file's tables, read by pydantic-settings (imported here: `--help` needs none
     of it)."""
     from pydantic_settings import BaseSettings, TomlConfigSettingsSource
 
     if not path.exists():
-        if explicit:
-            raise ConfigError(f"{path}: configuration file not found")
-        return {}
+        raise ConfigError(f"{path}: configuration file not found")
 
     class Tables(BaseSettings):
         """Read for nothing in particular: the tables are taken whole and checked by Config."""
@@ -627,16 +625,17 @@ def load_config(
 ) -> Config:
     """Build the configuration from defaults, a TOML file, the environment and flags.
 
-    `path` None means `$PERFWATCH_CONFIG`, else `./perfwatch.toml` when it exists.
+    `path` None means `$PERFWATCH_CONFIG`, else `./perfwatch.toml` when it exists
+    (`perfwatch.config_file.config_file_in_use`).
     `overrides` maps "section.key" to a flag's value; None values are ignored so
     unset flags do not mask the file or the environment. `flag_names` maps
     "section.key" to the flag that set it, for error messages.
     """
     env = os.environ if env is None else env
-    explicit = path is not None or CONFIG_ENV_VAR in env
-    file_path = Path(path if path is not None else env.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE))
-    document = _read_file(file_path, explicit)
-    tables = _file_tables(document, str(file_path))
+    file_path = config_file_in_use(path, env)
+    document = {} if file_path is None else _read_file(file_path)
+    source = str(file_path or DEFAULT_CONFIG_FILE)
+    tables = _file_tables(document, source)
     environment, variables = _environment_layer(env)
     flag_of: dict[tuple[str, str], str] = {}
     for dotted, flag in (flag_names or {}).items():
@@ -652,7 +651,7 @@ def load_config(
 
     merged: dict[str, Any] = {}
     origins = _Origins()
-    origins.merge(merged, document, "file", str(file_path))
+    origins.merge(merged, document, "file", source)
     origins.merge(merged, environment, "environment", "environment")
     origins.merge(merged, flags, "flags", "command line")
     try:

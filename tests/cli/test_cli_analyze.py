@@ -363,3 +363,147 @@ def test_bad_options_exit_2(tmp_path: Path, args: list[str], fragment: str) -> N
     assert result.exit_code == 2
     assert result.stdout == ""
     assert fragment in result.stderr
+
+
+# --- the configuration file ---------------------------------------------------------------
+
+
+def two_metric_csv(path: Path) -> tuple[Path, np.ndarray]:
+    """Two columns with the same values: 1000 +- 8, down 3 % at run 40, up 1.5 % at run 60."""
+    rng = np.random.default_rng(3)
+    runs = np.arange(80)
+    values = 1000 + rng.normal(0, 8, runs.size) - 30 * (runs >= 40) + 15 * (runs >= 60)
+    lines = ["time,commit,throughput_ops_s,latency_ms"] + [
+        f"2024-01-{1 + i // 24:02d}T{i % 24:02d}:00:00Z,c{i:03d},{v:.3f},{v:.3f}"
+        for i, v in enumerate(values)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path, np.array([float(f"{v:.3f}") for v in values])
+
+
+def write_config(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+THROUGHPUT_HIGHER = '[directions]\n"throughput*" = "higher_is_better"\n'
+
+
+def test_config_directions_make_a_drop_in_throughput_a_regression(tmp_path: Path) -> None:
+    csv_path, _ = two_metric_csv(tmp_path / "bench.csv")
+    config = write_config(tmp_path / "perfwatch.toml", THROUGHPUT_HIGHER)
+    assert summary(run_json(csv_path))["throughput_ops_s"] == [(40, "unknown"), (61, "unknown")]
+    configured = summary(run_json(csv_path, "--config", config))
+    assert configured["throughput_ops_s"] == [(40, "regression"), (61, "improvement")]
+    assert configured["latency_ms"] == [(40, "unknown"), (61, "unknown")]  # no pattern matches
+    text = run(csv_path, "--config", config)
+    assert text.exit_code == 0, text.stderr
+    assert "bench / throughput_ops_s  (higher is better, 80 runs" in text.stdout
+    assert "---- change point: -2.9%  mean 999.671 -> 970.411  p=7.8e-17  regression ----" in (
+        text.stdout
+    )
+    assert text.stdout.endswith(
+        "2 series, 4 change point(s): 1 regression, 1 improvement, 2 unknown\n"
+    )
+
+
+def test_the_config_file_is_found_as_by_every_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    csv_path, _ = two_metric_csv(tmp_path / "bench.csv")
+    elsewhere = write_config(tmp_path / "other.toml", THROUGHPUT_HIGHER)
+
+    def first_direction(env: dict[str, str]) -> str:
+        result = CliRunner().invoke(main, ["analyze", str(csv_path), "--format", "json"], env=env)
+        assert result.exit_code == 0, result.stderr
+        return summary(orjson.loads(result.stdout))["throughput_ops_s"][0][1]
+
+    monkeypatch.chdir(tmp_path)
+    assert first_direction({}) == "unknown"
+    assert first_direction({"PERFWATCH_CONFIG": str(elsewhere)}) == "regression"
+    write_config(tmp_path / "perfwatch.toml", THROUGHPUT_HIGHER.replace("higher", "lower"))
+    assert first_direction({}) == "improvement"  # ./perfwatch.toml
+    assert first_direction({"PERFWATCH_CONFIG": str(elsewhere)}) == "regression"
+
+
+def test_an_analyzer_rule_gives_its_series_the_detectors_result_with_its_parameters(
+    tmp_path: Path,
+) -> None:
+    from perfwatch.config import load_config
+    from perfwatch.detectors.edivisive import EDivisiveParams, detect_change_points
+
+    csv_path, values = two_metric_csv(tmp_path / "bench.csv")
+    config_path = write_config(
+        tmp_path / "perfwatch.toml",
+        '[analyzer]\nwindow_len = 30\n[[analyzer.rules]]\nmetric = "latency*"\nmax_pvalue = 1e-5\n',
+    )
+    config = load_config(config_path, env={})
+    found = {
+        s["metric"]: [(c["index"], c["pvalue"], c["mean_after"]) for c in s["change_points"]]
+        for s in run_json(csv_path, "--config", config_path)["series"]
+    }
+    for metric in ("throughput_ops_s", "latency_ms"):
+        params = EDivisiveParams.from_dict(config.analyzer_params_for("bench", metric))
+        expected = [(c.index, c.pvalue, c.mean_after) for c in detect_change_points(values, params)]
+        assert found[metric] == expected, metric
+    # same values, other parameters: the rule made the difference
+    assert [i for i, *_ in found["throughput_ops_s"]] == [40, 61]
+    assert [i for i, *_ in found["latency_ms"]] == [39]
+
+
+def test_flags_and_declared_directions_take_precedence_over_the_config(tmp_path: Path) -> None:
+    csv_path, _ = two_metric_csv(tmp_path / "bench.csv")
+    config = write_config(
+        tmp_path / "perfwatch.toml",
+        '[directions]\n"*" = "lower_is_better"\n'
+        '[[analyzer.rules]]\nmetric = "latency*"\nmax_pvalue = 1e-300\n',
+    )
+    flagged = summary(
+        run_json(csv_path, "--config", config, "--direction", "throughput_ops_s=higher")
+    )
+    assert flagged["throughput_ops_s"] == [(40, "regression"), (61, "improvement")]
+    assert flagged["latency_ms"] == []  # the rule's threshold
+    assert summary(run_json(csv_path, "--config", config, "-P", "0.001"))["latency_ms"] == [
+        (40, "improvement"),
+        (61, "regression"),
+    ]
+    # the records declare every direction, which the config cannot turn round
+    declared = run_json(NIGHTLY_JSONL)
+    config_everything_higher = write_config(
+        tmp_path / "higher.toml", '[directions]\n"*" = "higher_is_better"\n'
+    )
+    assert run_json(NIGHTLY_JSONL, "--config", config_everything_higher) == declared
+
+
+def test_compat_otava_takes_only_otavas_parameters_from_the_config(tmp_path: Path) -> None:
+    path = step_csv(tmp_path / "step.csv")
+    config = write_config(
+        tmp_path / "perfwatch.toml", "[analyzer]\nmax_pvalue = 1e-300\ntrim = 0.1\n"
+    )
+    assert summary(run_json(path, "--compat", "otava"))["x"] == [(30, "unknown")]
+    assert summary(run_json(path, "--compat", "otava", "--config", config))["x"] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('[directions]\n"x" = "up"\n', "directions.x: expected one of"),
+        ("[analyzer]\nwindow_len = 1\n", "[analyzer]: window_len must be at least 2"),
+        ("[analyzer\n", "invalid TOML"),
+    ],
+)
+def test_a_bad_config_file_is_an_input_error(tmp_path: Path, text: str, fragment: str) -> None:
+    config = write_config(tmp_path / "bad.toml", text)
+    result = run(step_csv(tmp_path / "s.csv"), "--config", config)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"perfwatch analyze: error: {config}: ")
+    assert fragment in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_missing_config_file_named_is_an_input_error(tmp_path: Path) -> None:
+    result = run(step_csv(tmp_path / "s.csv"), "--config", tmp_path / "none.toml")
+    assert result.exit_code == 2
+    assert (
+        result.stderr
+        == f"perfwatch analyze: error: {tmp_path / 'none.toml'}: configuration file not found\n"
+    )

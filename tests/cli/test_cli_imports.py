@@ -8,6 +8,7 @@ How fast the commands are is measured by benchmarks/bench_cli_analyze.py, not he
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,13 +37,16 @@ with open(sys.argv[1], "w") as report:
 
 
 def modules_after(tmp_path: Path, *args: str | Path) -> set[str]:
-    """The modules loaded once `perfwatch ARGS` finished successfully."""
+    """The modules loaded once `perfwatch ARGS` finished successfully, run in `tmp_path`
+    without $PERFWATCH_CONFIG: no configuration file is found unless ARGS name one."""
     report = tmp_path / "modules.json"
     done = subprocess.run(
         [sys.executable, "-c", _REPORT_MODULES, str(report), *map(str, args)],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=tmp_path,
+        env={name: value for name, value in os.environ.items() if name != "PERFWATCH_CONFIG"},
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(report.read_text())
@@ -86,6 +90,16 @@ def test_analyze_help_imports_no_numpy(tmp_path: Path) -> None:
 def test_analyze_of_a_csv_file_imports_nothing_heavy(tmp_path: Path) -> None:
     modules = modules_after(tmp_path, "analyze", EXAMPLES / "nightly.csv")
     assert loaded(modules, (*HEAVY, "jsonschema", "tqdm")) == []
+    # no configuration file in use: the configuration model (pydantic) is not loaded
+    assert loaded(modules, ("perfwatch.config", "pydantic")) == []
+
+
+def test_analyze_with_a_config_file_reads_it(tmp_path: Path) -> None:
+    config = tmp_path / "perfwatch.toml"
+    config.write_text('[directions]\n"throughput*" = "higher_is_better"\n')
+    modules = modules_after(tmp_path, "analyze", EXAMPLES / "nightly.csv", "--config", config)
+    assert loaded(modules, ("perfwatch.config", "pydantic")) == ["perfwatch.config", "pydantic"]
+    assert loaded(modules, HEAVY) == []
 
 
 def test_publish_dry_run_imports_nothing_heavy(tmp_path: Path) -> None:

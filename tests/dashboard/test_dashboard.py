@@ -584,6 +584,52 @@ def test_configured_analyzer_rules_are_used_as_analyze_uses_its_flags(
         assert shown == series["change_points"]
 
 
+def test_analyze_with_a_config_file_shows_what_the_dashboard_shows_with_it(
+    tmp_path: Path,
+) -> None:
+    from perfwatch.config import load_config
+    from perfwatch.contract.codec import parse_record
+
+    # the example history without its declared directions: the configuration gives them
+    lines = []
+    for line in NIGHTLY.read_bytes().splitlines():
+        record = orjson.loads(line)
+        for metric in record["metrics"].values():
+            del metric["direction"]
+        lines.append(orjson.dumps(record))
+    history = tmp_path / "nightly.jsonl"
+    history.write_bytes(b"\n".join(lines) + b"\n")
+    config_path = tmp_path / "perfwatch.toml"
+    config_path.write_text(
+        '[directions]\n"throughput*" = "higher_is_better"\n"*" = "lower_is_better"\n'
+        "[analyzer]\nwindow_len = 30\n"
+        '[[analyzer.rules]]\nmetric = "p99*"\nmax_pvalue = 1e-4\nmin_magnitude = 0.02\n'
+    )
+    config = load_config(config_path, env={})
+    result = CliRunner().invoke(
+        main, ["analyze", str(history), "--format", "json", "--config", str(config_path)]
+    )
+    assert result.exit_code == 0, result.output
+    offline = {s["metric"]: s["change_points"] for s in orjson.loads(result.output)["series"]}
+    directions = [cp["direction"] for cps in offline.values() for cp in cps]
+    assert directions and set(directions) <= {"regression", "improvement"}
+    assert offline != analyze_json(history)  # the configuration changed the results
+    analysis = ChangePointAnalysis(config)
+    handlers = [ChangePointHandler(config), MetricInfoHandler(config)]
+    with open_store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        for line in lines:
+            handle(store, handlers, parse_record(line))
+        for metric, expected in offline.items():
+            key = SeriesKey.of("nightly", metric, {"branch": "main"})
+            detail = queries.series_detail(store, key, analysis)
+            assert detail is not None
+            assert detail["parameters"] == analysis.params_for(key).to_dict()
+            shown = [
+                {name: cp[name] for name in ANALYZE_FIELDS} for cp in detail["change_point_list"]
+            ]
+            assert shown == expected, metric
+
+
 def test_without_declared_directions_the_verdicts_give_them(tmp_path: Path) -> None:
     from perfwatch.contract.codec import parse_record
     from perfwatch.dashboard.analysis import metric_direction_from_evidence

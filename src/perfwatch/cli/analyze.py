@@ -10,18 +10,21 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 import orjson
 
 from perfwatch.cli.errors import InputError
-from perfwatch.cli.options import FiniteFloatRange, output_format_option
+from perfwatch.cli.flags import FiniteFloatRange, config_option, output_format_option
+from perfwatch.config_file import config_file_in_use
 from perfwatch.readers.errors import SourceError, read_source
 
-# The readers (numpy), the record module and the detector are imported where they are
-# used, so `perfwatch analyze --help` starts at once and a CSV run skips the records.
+# The readers (numpy), the record module, the detector and the configuration (pydantic)
+# are imported where they are used, so `perfwatch analyze --help` starts at once, a CSV
+# run skips the records and a run without a configuration file skips the configuration.
 if TYPE_CHECKING:
+    from perfwatch.config import Config
     from perfwatch.contract.models import ChangeDirection, Direction
     from perfwatch.detectors.edivisive import ChangePoint, EDivisiveParams
     from perfwatch.readers.series import MetricSeries
@@ -40,6 +43,8 @@ SHOWN_COMMIT_CHARS = 10
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S +0000"
 VALUE_FORMAT = "{:.10g}"
 CHANGE_COLOURS = {"regression": "red", "improvement": "green", "unknown": "yellow"}
+# The parameters Otava has, which --compat otava takes from the configuration.
+OTAVA_PARAMETERS = ("window_len", "max_pvalue", "min_magnitude", "compat")
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,7 @@ class SeriesResult:
 )
 @click.option("--time-column", help="CSV time column (default: time/timestamp/date, else first).")
 @click.option("--sep", help="CSV separator (default: detected from the header; 'tab' for TAB).")
+@config_option
 @output_format_option()
 def analyze(
     files: tuple[Path, ...],
@@ -113,6 +119,7 @@ def analyze(
     direction_flags: tuple[str, ...],
     time_column: str | None,
     sep: str | None,
+    config_path: Path | None,
     output_format: str,
 ) -> None:
     """Find change points in the runs of each metric in FILES.
@@ -121,9 +128,10 @@ def analyze(
     branch columns, metric columns, attribute columns; one test per file, named
     after the file) or perfwatch record files (JSON Lines, or .json holding a
     record or an array of records; grouped by test across files).
-    """
-    from perfwatch.detectors.edivisive import EDivisiveParams
 
+    A configuration file's [analyzer] rules and [directions] apply as in
+    `perfwatch serve`; these flags and the records' directions take precedence.
+    """
     directions = _parse_directions(direction_flags)
     metrics = {name.strip() for text in metric_lists for name in text.split(",") if name.strip()}
     # each value is already of its parameter's type: click converted and checked it
@@ -133,7 +141,8 @@ def analyze(
         "min_magnitude": min_magnitude,
         "compat": compat,
     }
-    params = EDivisiveParams(**{k: v for k, v in settings.items() if v is not None})
+    flag_params = {k: v for k, v in settings.items() if v is not None}
+    config = _command_config(config_path)
     try:
         # Otava keeps a run whose value is missing (its analysis fills the value in and
         # counts the run), so compat mode does too; by default the run is left out.
@@ -146,12 +155,14 @@ def analyze(
         )
         _check_found(loaded, metrics, files)
         selected = [
-            _prepared(series, directions, branch=branch, since=since, until=until, last=last)
+            _prepared(
+                series, directions, config, branch=branch, since=since, until=until, last=last
+            )
             for series in loaded
         ]
     except SourceError as error:
         raise InputError(str(error)) from None
-    results = _detect_all(selected, params)
+    results = _detect_all(selected, _Parameters(flag_params, config))
     if output_format == "json":
         output = orjson.dumps(
             {"series": [_result_json(result) for result in results]}, option=orjson.OPT_INDENT_2
@@ -163,6 +174,53 @@ def analyze(
     # garbage collection would walk at exit (about 0.1 s); frozen objects are not walked.
     # Frozen at exit only, so a caller running this command in-process keeps collecting.
     atexit.register(gc.freeze)
+
+
+def _command_config(config_path: Path | None) -> Config | None:
+    """The configuration file's settings when a file is in use (`--config`,
+    `$PERFWATCH_CONFIG`, ./perfwatch.toml), else None. The PERFWATCH_* setting variables
+    are left out: they set no table analyze reads, and a bad one is not its concern."""
+    in_use = config_file_in_use(config_path)
+    if in_use is None:
+        return None
+    from perfwatch.config import ConfigError, load_config
+
+    try:
+        return load_config(in_use, env={})
+    except ConfigError as error:
+        raise InputError(str(error)) from None
+
+
+class _Parameters:
+    """Each series' E-Divisive parameters: the flags' over the configuration's rules for the
+    series over the defaults, key by key, as `perfwatch serve` builds them from the rules."""
+
+    def __init__(self, flags: dict[str, Any], config: Config | None) -> None:
+        self._flags = flags
+        self._config = config
+        self._built: dict[tuple[tuple[str, Any], ...], EDivisiveParams] = {}
+
+    def for_series(self, series: MetricSeries) -> EDivisiveParams:
+        from perfwatch.detectors.edivisive import EDivisiveParams
+
+        configured: dict[str, Any] = {}
+        if self._config is not None:
+            configured = self._config.analyzer_params_for(series.test, series.metric)
+        if self._flags.get("compat") == "otava":
+            # Otava has its three parameters only: the configuration's default-mode options
+            # would contradict the exact reproduction the flag asks for.
+            configured = {k: v for k, v in configured.items() if k in OTAVA_PARAMETERS}
+        merged = {**configured, **self._flags}
+        key = tuple(sorted(merged.items()))
+        params = self._built.get(key)
+        if params is None:
+            try:
+                params = self._built[key] = EDivisiveParams.from_dict(merged)
+            except ValueError as error:
+                raise InputError(
+                    f"{series.test} / {series.metric}: analyzer parameters {merged}: {error}"
+                ) from None
+        return params
 
 
 def _parse_directions(flags: Sequence[str]) -> dict[str, Direction]:
@@ -278,6 +336,7 @@ def _check_found(
 def _prepared(
     series: MetricSeries,
     directions: dict[str, Direction],
+    config: Config | None,
     *,
     branch: str | None,
     since: str | None,
@@ -296,15 +355,19 @@ def _prepared(
     if np.isnan(chosen.values).all():
         filters = " after filtering" if len(chosen) < len(series) else ""
         raise series.error(f"no run has a value{filters}")
-    return replace(chosen, direction=directions.get(series.metric, series.direction))
+    # the flags, else the records, else the configuration's [directions], as the stream does
+    direction = directions.get(series.metric) or series.direction
+    if direction is None and config is not None:
+        direction = cast("Direction | None", config.direction_for(series.metric))
+    return replace(chosen, direction=direction)
 
 
-def _detect_all(series: Sequence[MetricSeries], params: EDivisiveParams) -> list[SeriesResult]:
+def _detect_all(series: Sequence[MetricSeries], params: _Parameters) -> list[SeriesResult]:
     from perfwatch.detectors.edivisive import classify_direction, detect_change_points
 
     results = []
     for each in _with_progress(series):
-        changes = detect_change_points(each.values, params)
+        changes = detect_change_points(each.values, params.for_series(each))
         results.append(
             SeriesResult(
                 each,

@@ -14,7 +14,7 @@ import click
 import orjson
 
 from perfwatch.cli.errors import EXIT_FOUND, EXIT_OK, InputError
-from perfwatch.cli.options import FiniteFloatRange, output_format_option
+from perfwatch.cli.flags import FiniteFloatRange, output_format_option
 from perfwatch.readers.errors import SourceError
 
 # The check (statsmodels, scipy, scikit-learn) is imported when it runs, not for --help.

@@ -11,8 +11,8 @@ import click
 
 from perfwatch._optional import require
 from perfwatch.cli.errors import InputError, ServiceUnavailable, bound_socket
+from perfwatch.cli.flags import FiniteFloatRange
 from perfwatch.cli.options import (
-    FiniteFloatRange,
     broker_options,
     load_command_config,
     log_level_option,

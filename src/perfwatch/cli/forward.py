@@ -21,7 +21,7 @@ from perfwatch.adapters.webhook import (
 )
 from perfwatch.cli.broker import connected_client
 from perfwatch.cli.errors import InputError
-from perfwatch.cli.options import FiniteFloatRange
+from perfwatch.cli.flags import FiniteFloatRange
 from perfwatch.cli.signals import stop_on_signals
 from perfwatch.cli.watch import VerdictSource, verdict_source_options
 

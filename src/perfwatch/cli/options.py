@@ -1,5 +1,6 @@
 """Click options several verbs share: one definition each, so a name means one thing.
 
+Options that need no configuration model are in `perfwatch.cli.flags`.
 Options that set a configuration key are made by `setting_option` from the
 setting's declaration in `perfwatch.config`: help, type and shown default come
 from there, and `load_command_config` applies the given ones over the file and
@@ -8,7 +9,6 @@ the environment.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +18,7 @@ import annotated_types
 import click
 
 from perfwatch.cli.errors import InputError, report
+from perfwatch.cli.flags import Decorator, FiniteFloatRange, config_option
 from perfwatch.config import LOG_LEVELS as LOG_LEVELS
 from perfwatch.config import setting_field, unset_meaning
 
@@ -25,43 +26,6 @@ if TYPE_CHECKING:
     from pydantic.fields import FieldInfo
 
     from perfwatch.config import Config
-
-Decorator = Callable[[Callable[..., Any]], Any]
-
-
-def output_format_option(help: str | None = None) -> Decorator:
-    """``--format text|json`` (default text), passed as ``output_format``."""
-    return click.option(
-        "--format",
-        "output_format",
-        type=click.Choice(["text", "json"]),
-        default="text",
-        show_default=True,
-        help=help or "text: a report for people; json: one document for programs.",
-    )
-
-
-class FiniteFloatRange(click.FloatRange):
-    """click's FloatRange refusing NaN and the infinities: NaN passes every bound check,
-    and an infinite time-out or threshold is no setting anyone means."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return number
-
-
-def config_option(command: Callable[..., Any]) -> Any:
-    """``--config FILE``, passed as ``config_path``."""
-    return click.option(
-        "--config",
-        "config_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        show_default="$PERFWATCH_CONFIG, else ./perfwatch.toml if present",
-        help="perfwatch.toml to read (then PERFWATCH_* variables, then these flags).",
-    )(command)
-
 
 SETTINGS_META_KEY = "perfwatch.settings"
 

@@ -13,12 +13,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfwatch.cli.errors import EXIT_FOUND, InputError
-from perfwatch.cli.options import (
-    FiniteFloatRange,
-    broker_options,
-    load_command_config,
-    records_topic_option,
-)
+from perfwatch.cli.flags import FiniteFloatRange
+from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
 from perfwatch.cli.publish import parse_attributes
 from perfwatch.profiler.alternate import (
     Alternation,

@@ -12,7 +12,7 @@ import orjson
 
 from perfwatch._optional import require
 from perfwatch.cli.errors import InputError
-from perfwatch.cli.options import FiniteFloatRange, output_format_option
+from perfwatch.cli.flags import FiniteFloatRange, output_format_option
 from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.input_attributes import (
     ATTRIBUTES,

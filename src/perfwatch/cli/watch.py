@@ -23,13 +23,8 @@ from perfwatch.adapters.verdict_feed import (
     summary_fields,
 )
 from perfwatch.cli.broker import connected_client
-from perfwatch.cli.options import (
-    FiniteFloatRange,
-    broker_options,
-    load_command_config,
-    output_format_option,
-    verdicts_topic_option,
-)
+from perfwatch.cli.flags import FiniteFloatRange, output_format_option
+from perfwatch.cli.options import broker_options, load_command_config, verdicts_topic_option
 from perfwatch.cli.signals import stop_on_signals
 from perfwatch.config import Config
 

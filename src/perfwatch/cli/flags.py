@@ -1,0 +1,53 @@
+"""Click options several verbs share that need no configuration model.
+
+Kept apart from `perfwatch.cli.options`, whose setting flags are built from
+`perfwatch.config` (pydantic) when it is imported: `perfwatch analyze` takes
+its options from here and loads the configuration only when a file is in use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfwatch.config_file import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE
+
+Decorator = Callable[[Callable[..., Any]], Any]
+
+
+def output_format_option(help: str | None = None) -> Decorator:
+    """``--format text|json`` (default text), passed as ``output_format``."""
+    return click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help=help or "text: a report for people; json: one document for programs.",
+    )
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange refusing NaN and the infinities: NaN passes every bound check,
+    and an infinite time-out or threshold is no setting anyone means."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+def config_option(command: Callable[..., Any]) -> Any:
+    """``--config FILE``, passed as ``config_path``."""
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        show_default=f"${CONFIG_ENV_VAR}, else ./{DEFAULT_CONFIG_FILE} if present",
+        help="perfwatch.toml to read (then PERFWATCH_* variables, then these flags).",
+    )(command)

@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
+from perfwatch.adapters.verdict_feed import summary_fields
 from perfwatch.brokers import open_broker
 from perfwatch.cli.main import main
 from perfwatch.config import Config
@@ -232,7 +233,7 @@ def test_a_fixed_regression_is_one_episode_not_an_improvement() -> None:
     assert [(e["kind"], e["index"], e["fixed_index"], e["open"]) for e in found] == [
         ("regression", 40, 48, False)
     ]
-    assert found[0]["text"] == "regression +30.0% at run 40, fixed at run 48"
+    assert found[0]["text"] == "regression +30.0% at run run-40, fixed at run run-48"
     assert status_of(found)[0] == "fixed"
 
 
@@ -351,9 +352,11 @@ def test_segments_are_the_change_points_own_numbers() -> None:
     (cp,) = [change(4, 1.0, 5.25, 0.0, "unknown") | {"stddev_after": 0.433}]
     result = queries.segments(points, [cp])
     assert result == [
-        {"start": 0, "stop": 4, "mean": 1.0, "stddev": 0.0},
-        {"start": 4, "stop": 8, "mean": 5.25, "stddev": 0.433},
-    ]
+        {"start": 0, "stop": 4, "mean": 1.0, "stddev": 0.0, "first_run_id": "r0",
+         "last_run_id": "r3"},
+        {"start": 4, "stop": 8, "mean": 5.25, "stddev": 0.433, "first_run_id": "r4",
+         "last_run_id": "r7"},
+    ]  # fmt: skip
     (whole,) = queries.segments(points, [])
     assert whole["mean"] == pytest.approx(np.mean(values))
     assert whole["stddev"] == pytest.approx(np.std(values))
@@ -465,14 +468,16 @@ def test_series_figure_marks_change_points_and_bands(filled_store: StateStore) -
         roles.setdefault(trace.get("meta", {}).get("role"), []).append(trace)
     (runs,) = roles["runs"]
     assert runs["y"] == [p["value"] for p in detail["points"]]
-    assert runs["customdata"][STEP_AT][:2] == [STEP_AT, f"api.search#{STEP_AT:03d}"]
+    assert runs["customdata"][STEP_AT][0] == f"api.search#{STEP_AT:03d}"
     (marks,) = roles["change_points"]
     assert marks["x"] == [STEP_AT]
     assert marks["marker"]["color"] == [figures.STATUS_COLOURS["regression"]]
     means = [trace["y"][0] for trace in roles["segment_mean"]]
     assert means == [s["mean"] for s in detail["segments"]]
     assert [shape["x0"] for shape in figure["layout"]["shapes"]] == [STEP_AT - 0.5]
-    assert figure["layout"]["xaxis"]["title"]["text"] == "run (position in the series)"
+    axis = figure["layout"]["xaxis"]
+    assert axis["title"]["text"] == "run id (runs in series order)"
+    assert axis["ticktext"] == [detail["points"][i]["run_id"] for i in axis["tickvals"]]
     assert figure["layout"]["yaxis"]["title"]["text"] == "latency_ms (ms)"
 
 
@@ -490,7 +495,7 @@ def test_series_figure_x_axis_shows_run_dates_or_commits(filled_store: StateStor
     by_commit = figures.series_figure(detail, "commit")
     axis = by_commit["layout"]["xaxis"]
     assert axis["title"]["text"] == "commit (runs in series order)"
-    expected = [detail["points"][i]["commit"][:10] for i in axis["tickvals"]]
+    expected = [detail["points"][i]["commit"][:12] for i in axis["tickvals"]]
     assert axis["ticktext"] == expected and len(expected) <= 12 and axis["tickvals"][0] == 0
 
 
@@ -554,7 +559,9 @@ def test_change_points_are_perfwatch_analyze_on_the_stored_history(
         assert [s["mean"] for s in detail["segments"][1:]] == [cp["mean_after"] for cp in offline]
         figure = figures.series_figure(detail)
         labels = [a["text"] for a in figure["layout"]["annotations"]]
-        assert labels == [f"{cp['forward_change_percent']:+.1f}%" for cp in offline]
+        assert labels == [
+            f"{cp['forward_change_percent']:+.1f}% at run {cp['run_id']}" for cp in offline
+        ]
     # The verdicts published while the history grew carry other numbers: the old page
     # showed the first of them next to its segment table.
     p99 = SeriesKey.of("nightly", "p99_latency_ms", {"branch": "main"})
@@ -665,6 +672,39 @@ def test_the_fixed_memory_regression_is_one_episode(nightly_store: StateStore) -
     assert (episode["kind"], episode["index"], episode["fixed_index"]) == ("regression", 96, 102)
     assert summary["status"] == "fixed"  # the latest change alone said "improvement"
     assert summary["unit"] == "MiB"
+
+
+def test_the_dashboard_names_the_runs_the_verdicts_and_the_webhook_name(
+    nightly_store: StateStore,
+) -> None:
+    analysis = ChangePointAnalysis()
+    memory = SeriesKey.of("nightly", "peak_memory_mb", {"branch": "main"})
+    feed = queries.verdict_feed(nightly_store, series_key=memory)
+    # The verdicts that told of the fix (newest first) and the webhook's message of the first.
+    closing = [v["verdict"] for v in feed if v["verdict"].get("episode", {}).get("fix")]
+    runs = {(v["episode"]["regression"]["run_id"], v["episode"]["fix"]["run_id"]) for v in closing}
+    ((regression_run, fix_run),) = runs
+    fixed = closing[-1]
+    told = fixed["episode"]
+    assert regression_run == "nightly-0097" and fix_run == "nightly-0103"
+    message = summary_fields(fixed)["summary"]
+    assert f"at run {regression_run}, fixed at run {fix_run})" in message
+    detail = queries.series_detail(nightly_store, memory, analysis)
+    assert detail is not None
+    (episode,) = detail["episodes"]
+    assert episode["text"].endswith(f"at run {regression_run}, fixed at run {fix_run}")
+    assert (
+        episode["text"].startswith("regression +")
+        and episode["commit"] == (told["regression"]["commit"])
+    )
+    labels = [a["text"] for a in figures.series_figure(detail)["layout"]["annotations"]]
+    assert [label.split(" at run ")[1] for label in labels] == [regression_run, fix_run]
+    # An open regression: the change point the verdicts name is the episode's run.
+    p99 = SeriesKey.of("nightly", "p99_latency_ms", {"branch": "main"})
+    latest = [v["verdict"] for v in queries.verdict_feed(nightly_store, series_key=p99)]
+    run_id = next(v["change_point"]["run_id"] for v in latest if "change_point" in v)
+    summary = queries.series_summary(nightly_store, p99, analysis)
+    assert summary["status_episode"]["text"].endswith(f"at run {run_id} (open)")
 
 
 def test_api_series_detail_carries_analyze_numbers(nightly_store: StateStore) -> None:

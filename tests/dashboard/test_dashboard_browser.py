@@ -380,13 +380,14 @@ def test_overview_lists_series_with_status_and_newest_verdicts_first(
     assert rows[P99.canonical][:1] + rows[P99.canonical][6:8] == [
         "regression",
         f"{p99['forward_change_percent']:+.1f}%",
-        f"regression {p99['forward_change_percent']:+.1f}% at run 74 (open)",
+        f"regression {p99['forward_change_percent']:+.1f}% at run {p99['run_id']} (open)",
     ]
     throughput = SeriesKey.of("nightly", "throughput_ops_s", {"branch": "main"})
     assert rows[throughput.canonical][0] == "improvement"
     memory = SeriesKey.of("nightly", "peak_memory_mb", {"branch": "main"})
     assert rows[memory.canonical][0] == "fixed"
-    assert rows[memory.canonical][7].endswith("at run 96, fixed at run 102")
+    # the runs as the verdicts and the webhook name them
+    assert rows[memory.canonical][7].endswith("at run nightly-0097, fixed at run nightly-0103")
 
     feed = queries.verdict_feed(pipeline.store, limit=1000)
     shown = page.eval_on_selector_all(
@@ -424,10 +425,10 @@ def test_series_view_shows_one_set_of_numbers_per_change_point_as_analyze_gives(
         rows = table(page, "#changepoint-table")
         assert len(rows) == len(offline["change_points"]) > 0
         for row, cp in zip(rows, offline["change_points"], strict=True):
-            index, _, commit, time_, direction, change, before, after, pvalue = row
-            assert (int(index), commit, time_, direction) == (
-                cp["index"],
-                cp["commit"][:10],
+            run_id, commit, time_, direction, change, before, after, pvalue = row
+            assert (run_id, commit, time_, direction) == (
+                cp["run_id"],
+                cp["commit"][:12],
                 cp["time"],
                 cp["direction"],
             )
@@ -438,7 +439,8 @@ def test_series_view_shows_one_set_of_numbers_per_change_point_as_analyze_gives(
         drawn = chart(page, "series-chart")
         labels = [a["text"] for a in drawn["layout"]["annotations"]]
         assert labels == [
-            f"{cp['forward_change_percent']:+.1f}%" for cp in offline["change_points"]
+            f"{cp['forward_change_percent']:+.1f}% at run {cp['run_id']}"
+            for cp in offline["change_points"]
         ]
         # Segments are the change points' own means: nothing on the page disagrees.
         means = [float(r[1]) for r in table(page, "#segment-table")]
@@ -458,7 +460,9 @@ def test_series_x_axis_toggles_between_position_date_and_commit(
 ) -> None:
     load(page, f"{dashboard_url}/series?key={quote(P99.canonical)}")
     points = pipeline.store.series_points(P99)
-    assert chart(page, "series-chart")["layout"]["xaxis"]["title"]["text"].startswith("run")
+    axis = chart(page, "series-chart")["layout"]["xaxis"]
+    assert axis["title"]["text"] == "run id (runs in series order)"
+    assert axis["ticktext"] == [points[i].run_id for i in axis["tickvals"]]
     page.select_option("#series-x", "date")
     page.wait_for_function(
         "() => document.getElementById('series-chart').layout.xaxis.type === 'date'",
@@ -476,7 +480,7 @@ def test_series_x_axis_toggles_between_position_date_and_commit(
         timeout=WAIT_MS,
     )
     axis = chart(page, "series-chart")["layout"]["xaxis"]
-    assert axis["ticktext"] == [(points[i].commit or "")[:10] for i in axis["tickvals"]]
+    assert axis["ticktext"] == [(points[i].commit or "")[:12] for i in axis["tickvals"]]
     assert "x=commit" in page.url
     screenshot(page, "series-by-commit")
 
@@ -500,8 +504,14 @@ def test_series_view_plots_runs_change_points_bands_and_history(
         [s["mean"] for s in detail["segments"]]
     )
     rows = table(page, "#changepoint-table")
-    assert [int(r[0]) for r in rows] == indices
-    assert [r[1] for r in rows] == [cp["run_id"] for cp in detail["change_point_list"]]
+    assert [r[0] for r in rows] == [cp["run_id"] for cp in detail["change_point_list"]]
+    # Episodes and segments name their runs by run id, as the verdicts do.
+    assert [r[:3] for r in table(page, "#episode-table")] == [
+        [e["kind"], e["run_id"], (e["commit"] or "")[:12]] for e in detail["episodes"]
+    ]
+    assert [r[0] for r in table(page, "#segment-table")] == [
+        f"{s['first_run_id']}–{s['last_run_id']}" for s in detail["segments"]
+    ]
     history = page.eval_on_selector_all(
         "#history-table tbody tr", "rows => rows.map(r => r.dataset.verdictId)"
     )
@@ -519,7 +529,7 @@ def test_series_view_plots_runs_change_points_bands_and_history(
     page.mouse.move(box["x"] + x, box["y"] + y)
     page.wait_for_selector("#series-chart .hoverlayer .hovertext", timeout=WAIT_MS)
     hover = page.eval_on_selector("#series-chart .hoverlayer", "layer => layer.textContent")
-    assert point["run_id"] in hover and point["commit"][:10] in hover
+    assert point["run_id"] in hover and point["commit"][:12] in hover
     screenshot(page, "series")
 
     # Zoom by dragging over runs 60..90.
@@ -655,7 +665,7 @@ def test_resources_view_shows_time_and_memory_per_test_over_commits(
         test = trace["name"].split(" ")[0]
         points = pipeline.store.series_points(SeriesKey.of(test, "cpu_time_s", {"branch": "main"}))
         assert trace["y"] == [p.value for p in points]
-        assert trace["x"] == [p.commit[:10] for p in points if p.commit]
+        assert trace["x"] == [p.commit[:12] for p in points if p.commit]
     memory = chart(page, "memory-chart")
     assert {t["name"].split(" ")[0] for t in memory["data"]} == {"nightly", *UNIT_TESTS}
     # Commits run left to right in time order across tests (the unit runs come first).
@@ -663,7 +673,7 @@ def test_resources_view_shows_time_and_memory_per_test_over_commits(
     for key in pipeline.store.series_keys():
         if key.metric == "peak_memory_mb":
             for p in pipeline.store.series_points(key):
-                label = (p.commit or p.run_id)[:10]
+                label = (p.commit or p.run_id)[:12]
                 first_seen[label] = min(first_seen.get(label, p.timestamp), p.timestamp)
     order = memory["layout"]["xaxis"]["categoryarray"]
     assert order == sorted(first_seen, key=lambda label: first_seen[label])

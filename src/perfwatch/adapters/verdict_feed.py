@@ -160,6 +160,10 @@ class VerdictFilter:
         return True
 
 
+# Characters of a commit a message shows (the dashboard shows as many).
+COMMIT_CHARS = 12
+
+
 def _percent(value: Any) -> str:
     return f"{value:+.1f}%" if isinstance(value, int | float) else ""
 
@@ -192,7 +196,7 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
         else "",
         "change": _percent(evidence.get("forward_change_percent")),
         "pvalue": _pvalue(evidence.get("pvalue")),
-        "commit": str(commit)[:12] if commit else "",
+        "commit": str(commit)[:COMMIT_CHARS] if commit else "",
         "direction": direction,
         "emitted_at": str(verdict.get("emitted_at", "")),
         "verdict_id": str(verdict.get("verdict_id", "")),
@@ -202,7 +206,7 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
     if kind.startswith("incident."):
         # about many series: the one whose change caused this event is not the point
         incident = block(verdict, "incident")
-        fields["commit"] = str(incident.get("commit", ""))[:12]
+        fields["commit"] = str(incident.get("commit", ""))[:COMMIT_CHARS]
         fields["commits"] = _commits(block(incident, "commit_range"), fields["commit"])
         fields["summary"] = f"{fields['label']} {fields['detail']}"
         return fields
@@ -285,12 +289,11 @@ def _incident_detail(incident: Mapping[str, Any]) -> str:
         parts.append(f"and {len(members) - _INCIDENT_MEMBERS_SHOWN} more")
     joined = incident.get("joined")
     news = f" ({len(joined)} new)" if isinstance(joined, list) and joined else ""
-    commit = str(incident.get("commit", "?"))[:12]
+    commit = str(incident.get("commit", "?"))[:COMMIT_CHARS]
     into = block(incident, "merged_into")
     if into and not members:
-        return (
-            f"(commit {commit}: merged into the incident of commit {str(into.get('commit'))[:12]})"
-        )
+        target = str(into.get("commit"))[:COMMIT_CHARS]
+        return f"(commit {commit}: merged into the incident of commit {target})"
     place = _place(_commits(block(incident, "commit_range"), commit))
     return f"({place}: {len(members)} series{news}: {', '.join(parts)})"
 
@@ -299,7 +302,7 @@ def _commits(commit_range: Mapping[str, Any], commit: str) -> str:
     """`after..last` (git's notation: the commits after `after`, up to `last`), or the commit."""
     after, last = commit_range.get("after"), commit_range.get("last")
     if isinstance(after, str) and isinstance(last, str):
-        return f"{after[:12]}..{last[:12]}"
+        return f"{after[:COMMIT_CHARS]}..{last[:COMMIT_CHARS]}"
     return commit
 
 

@@ -141,19 +141,23 @@ def episodes(
 
 def _episode_dict(episode: Mapping[str, Any]) -> dict[str, Any]:
     change, fixed_by = episode["change"], episode["fixed_by"]
-    text = f"{episode['kind']} {change['forward_change_percent']:+.1f}% at run {change['index']}"
+    # Runs by id, in the words of the webhook's summary ("regression +5.0% at run R, fixed
+    # at run F"): an alert and the dashboard name the same run the same way.
+    text = f"{episode['kind']} {change['forward_change_percent']:+.1f}% at run {change['run_id']}"
     if fixed_by is not None:
-        text += f", fixed at run {fixed_by['index']}"
+        text += f", fixed at run {fixed_by['run_id']}"
     elif episode["kind"] == "regression":
         text += " (open)"
     return {
         "kind": episode["kind"],
         "index": change["index"],
         "run_id": change["run_id"],
+        "commit": change.get("commit"),
         "forward_change_percent": change["forward_change_percent"],
         "open": episode["kind"] == "regression" and fixed_by is None,
         "fixed_index": None if fixed_by is None else fixed_by["index"],
         "fixed_run_id": None if fixed_by is None else fixed_by["run_id"],
+        "fixed_commit": None if fixed_by is None else fixed_by.get("commit"),
         "text": text,
     }
 

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from perfwatch.adapters.verdict_feed import COMMIT_CHARS
+
 STATUS_COLOURS = {
     "regression": "#d62728",
     "improvement": "#2ca02c",
@@ -54,17 +56,20 @@ def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, A
 
 
 def short_commit(commit: str | None) -> str:
-    return commit[:10] if commit else ""
+    """A commit as the verdicts' messages show it."""
+    return commit[:COMMIT_CHARS] if commit else ""
 
 
-# The series chart's x axis: the run's position, its date, or its commit.
+# The series chart's x axis: the run (labelled by run id), its date, or its commit.
 X_AXES = ("run", "date", "commit")
 _X_TITLES = {
-    "run": "run (position in the series)",
+    "run": "run id (runs in series order)",
     "date": "run date (UTC)",
     "commit": "commit (runs in series order)",
 }
-_COMMIT_TICKS = 12  # commit labels shown at most, evenly spread
+_RUN_TICKS = 12  # run id or commit labels shown at most, evenly spread
+# Annotations of change points closer than this share of the runs are drawn on two rows.
+_CLOSE_SHARE = 1 / 6
 
 
 def value_title(metric: str, unit: str | None) -> str:
@@ -110,24 +115,39 @@ class _RunAxis:
                                 "zeroline": False}  # fmt: skip
         if self.mode == "date":
             axis["type"] = "date"
-        elif self.mode == "commit":
-            step = max(1, math.ceil(len(self.points) / _COMMIT_TICKS))
-            ticks = list(range(0, len(self.points), step))
-            axis |= {
-                "tickmode": "array",
-                "tickvals": ticks,
-                "ticktext": [short_commit(self.points[i]["commit"]) or "—" for i in ticks],
-                "tickangle": -30,
-            }
-        return axis
+            return axis
+        step = max(1, math.ceil(len(self.points) / _RUN_TICKS))
+        ticks = list(range(0, len(self.points), step))
+        if self.mode == "commit":
+            labels = [short_commit(self.points[i]["commit"]) or "—" for i in ticks]
+        else:
+            labels = [self.points[i]["run_id"] for i in ticks]
+        return axis | {"tickmode": "array", "tickvals": ticks, "ticktext": labels,
+                       "tickangle": -30}  # fmt: skip
+
+
+def change_label(change: Mapping[str, Any]) -> str:
+    """A change point's label on the chart: its change and the run id the verdicts name."""
+    return f"{change['forward_change_percent']:+.1f}% at run {change['run_id']}"
+
+
+def _label_rows(change_points: Sequence[Mapping[str, Any]], runs: int) -> list[int]:
+    """0 or 1 for each change point's label: a label close after one on the first row
+    goes on the second, so that neighbouring labels do not cover each other."""
+    rows: list[int] = []
+    for i, cp in enumerate(change_points):
+        close = i > 0 and cp["index"] - change_points[i - 1]["index"] < runs * _CLOSE_SHARE
+        rows.append(1 if close and rows[-1] == 0 else 0)
+    return rows
 
 
 def series_figure(detail: Mapping[str, Any], x_axis: str = "run") -> dict[str, Any]:
     """The metric over runs: points, mean ± stddev band per segment, change points marked.
 
-    Hover on a run shows its position, run id, commit and time. `x_axis` is one
-    of X_AXES: the run's position in the series (what change point indices refer
-    to), its date, or its commit (runs stay in series order, labelled by commit).
+    Runs are named by run id (and commit), as the verdicts name them: hover on a
+    run shows its run id, commit and time, a change point's label its change and
+    run id. `x_axis` is one of X_AXES: the runs in series order labelled by run id,
+    their dates, or the runs in series order labelled by commit.
     """
     points = detail["points"]
     axis = _RunAxis(points, x_axis)
@@ -136,7 +156,8 @@ def series_figure(detail: Mapping[str, Any], x_axis: str = "run") -> dict[str, A
     for i, segment in enumerate(detail["segments"]):
         first, last = segment["start"], segment["stop"] - 1
         low, high = segment["mean"] - segment["stddev"], segment["mean"] + segment["stddev"]
-        label = f"runs {first}–{last}: mean {segment['mean']:.6g} ± {segment['stddev']:.3g}"
+        runs = f"runs {segment['first_run_id']}–{segment['last_run_id']}"
+        label = f"{runs}: mean {segment['mean']:.6g} ± {segment['stddev']:.3g}"
         xs = [axis.at(first), axis.at(last)]
         data.append(
             {
@@ -177,12 +198,11 @@ def series_figure(detail: Mapping[str, Any], x_axis: str = "run") -> dict[str, A
             "line": {"color": _SERIES_COLOUR, "width": 1},
             "marker": {"size": 5, "color": _SERIES_COLOUR},
             "customdata": [
-                [i, p["run_id"], short_commit(p["commit"]), p["time"] or ""]
-                for i, p in enumerate(points)
+                [p["run_id"], short_commit(p["commit"]), p["time"] or ""] for p in points
             ],
             "hovertemplate": (
-                "run %{customdata[0]}: %{y}<br>run id %{customdata[1]}"
-                "<br>commit %{customdata[2]}<br>%{customdata[3]}<extra></extra>"
+                "run %{customdata[0]}: %{y}<br>commit %{customdata[1]}<br>%{customdata[2]}"
+                "<extra></extra>"
             ),
             "meta": {"role": "runs"},
         }
@@ -212,15 +232,13 @@ def series_figure(detail: Mapping[str, Any], x_axis: str = "run") -> dict[str, A
                         cp["mean_before"],
                         cp["mean_after"],
                         cp["direction"],
-                        cp["index"],
                     ]
                     for cp in change_points
                 ],
                 "hovertemplate": (
-                    "<b>%{customdata[7]}</b> at run %{customdata[8]}: %{customdata[3]:+.1f}%<br>"
+                    "<b>%{customdata[7]}</b> %{customdata[3]:+.1f}% at run %{customdata[0]}<br>"
                     "mean %{customdata[5]:.6g} → %{customdata[6]:.6g}, p=%{customdata[4]:.2g}"
-                    "<br>run id %{customdata[0]}<br>commit %{customdata[1]}<br>%{customdata[2]}"
-                    "<extra></extra>"
+                    "<br>commit %{customdata[1]}<br>%{customdata[2]}<extra></extra>"
                 ),
                 "meta": {"role": "change_points"},
             }
@@ -245,11 +263,12 @@ def series_figure(detail: Mapping[str, Any], x_axis: str = "run") -> dict[str, A
             "xref": "x",
             "yref": "paper",
             "yanchor": "bottom",
+            "yshift": 16 * row,
             "showarrow": False,
-            "text": f"{cp['forward_change_percent']:+.1f}%",
+            "text": change_label(cp),
             "font": {"color": direction_colour(cp["direction"])},
         }
-        for cp in change_points
+        for cp, row in zip(change_points, _label_rows(change_points, len(points)), strict=True)
     ]
     attributes = " ".join(f"{k}={v}" for k, v in detail["attributes"].items())
     title = f"{detail['test']} · {detail['metric']}" + (f" [{attributes}]" if attributes else "")

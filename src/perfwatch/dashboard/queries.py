@@ -226,16 +226,27 @@ def segments(
     points: Sequence[Point], change_points: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """The runs between change points with their mean and stddev: the change points' own
-    numbers (the detector's segment statistics), or the whole series' without one."""
-    if not change_points:
+    numbers (the detector's segment statistics), or the whole series' without one.
+
+    `start` and `stop` are positions (`stop` exclusive); `first_run_id` and `last_run_id`
+    name the segment's first and last run for people."""
+    if change_points:
+        bounds = [0, *(int(cp["index"]) for cp in change_points), len(points)]
+        stats = [(cp["mean_before"], cp["stddev_before"]) for cp in change_points]
+        stats.append((change_points[-1]["mean_after"], change_points[-1]["stddev_after"]))
+    else:
         values = np.array([point.value for point in points], dtype=np.float64)
-        return [{"start": 0, "stop": len(values), "mean": float(values.mean()),
-                 "stddev": float(values.std())}]  # fmt: skip
-    bounds = [0, *(int(cp["index"]) for cp in change_points), len(points)]
-    stats = [(cp["mean_before"], cp["stddev_before"]) for cp in change_points]
-    stats.append((change_points[-1]["mean_after"], change_points[-1]["stddev_after"]))
+        bounds = [0, len(points)]
+        stats = [(float(values.mean()), float(values.std()))]
     return [
-        {"start": start, "stop": stop, "mean": mean, "stddev": stddev}
+        {
+            "start": start,
+            "stop": stop,
+            "mean": mean,
+            "stddev": stddev,
+            "first_run_id": points[start].run_id,
+            "last_run_id": points[stop - 1].run_id,
+        }
         for (start, stop), (mean, stddev) in zip(itertools.pairwise(bounds), stats, strict=True)
     ]
 

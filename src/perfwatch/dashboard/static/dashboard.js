@@ -3,6 +3,8 @@
 "use strict";
 
 const PLOT_CONFIG = { responsive: true, displaylogo: false };
+// Characters of a commit shown: as many as the verdicts' messages show.
+const COMMIT_CHARS = 12;
 
 function $(id) {
   return document.getElementById(id);
@@ -341,9 +343,8 @@ async function initSeries() {
     for (const cp of series.change_point_list) {
       const tr = document.createElement("tr");
       tr.dataset.index = cp.index;
-      cell(tr, cp.index, "num");
       cell(tr, cp.run_id);
-      cell(tr, (cp.commit || "").slice(0, 10), "mono");
+      cell(tr, (cp.commit || "").slice(0, COMMIT_CHARS), "mono");
       cell(tr, cp.time);
       cell(tr, cp.direction, `label label-${cp.direction}`);
       cell(tr, percent(cp.forward_change_percent), "num");
@@ -368,9 +369,10 @@ async function initSeries() {
       const tr = document.createElement("tr");
       tr.dataset.index = e.index;
       cell(tr, e.kind, `label label-${e.kind}`);
-      cell(tr, e.index, "num");
+      cell(tr, e.run_id);
+      cell(tr, (e.commit || "").slice(0, COMMIT_CHARS), "mono");
       cell(tr, percent(e.forward_change_percent), "num");
-      cell(tr, e.fixed_index === null ? (e.open ? "open" : "") : `fixed at run ${e.fixed_index}`);
+      cell(tr, e.fixed_run_id === null ? (e.open ? "open" : "") : `fixed at run ${e.fixed_run_id}`);
       cell(tr, e.text);
       episodes.appendChild(tr);
     }
@@ -380,7 +382,7 @@ async function initSeries() {
     segments.replaceChildren();
     for (const s of series.segments) {
       const tr = document.createElement("tr");
-      cell(tr, `${s.start}–${s.stop - 1}`);
+      cell(tr, `${s.first_run_id}–${s.last_run_id}`);
       cell(tr, number(s.mean), "num");
       cell(tr, number(s.stddev, 3), "num");
       segments.appendChild(tr);
@@ -418,7 +420,7 @@ async function initSeries() {
 // A run as a picker names it: its own date and commit, when the store has them.
 function runWhen(run) {
   if (!run) return "run date not stored";
-  const commit = run.commit ? ` · commit ${run.commit.slice(0, 10)}` : "";
+  const commit = run.commit ? ` · commit ${run.commit.slice(0, COMMIT_CHARS)}` : "";
   return `${run.time || ""}${commit}`;
 }
 

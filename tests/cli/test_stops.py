@@ -4,6 +4,7 @@ SIGINT an interruption (130), never a death by the signal nor a traceback."""
 
 from __future__ import annotations
 
+import os
 import selectors
 import signal
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 import orjson
+import psutil
 import pytest
 
 from perfwatch.brokers.handle import BrokerHandle
@@ -23,26 +25,36 @@ PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"
 
 
 def _lines_until(stream: IO[str], marker: str, timeout_s: float = 120) -> list[str]:
-    """The lines of `stream` up to the first that contains `marker`."""
+    """The lines of `stream` up to the first that contains `marker`.
+
+    Read a byte at a time straight from the pipe: a buffered readline would keep a
+    second line already written out of sight of select. The rest stays in the pipe.
+    """
     deadline = time.monotonic() + timeout_s
     selector = selectors.DefaultSelector()
     selector.register(stream, selectors.EVENT_READ)
     lines: list[str] = []
+    line = b""
     while not lines or marker not in lines[-1]:
         remaining = deadline - time.monotonic()
         assert remaining > 0 and selector.select(remaining), f"no {marker!r} in {lines}"
-        line = stream.readline()
-        assert line, f"output ended without {marker!r}: {lines}"
-        lines.append(line)
+        byte = os.read(stream.fileno(), 1)
+        assert byte, f"output ended without {marker!r}: {lines}"
+        line += byte
+        if byte == b"\n":
+            lines.append(line.decode())
+            line = b""
     return lines
 
 
-def _started(command: list[str]) -> subprocess.Popen[str]:
+def _started(command: list[str], tmpdir: Path | None = None) -> subprocess.Popen[str]:
+    """`command` running; its temporary folders in `tmpdir` when given."""
     return subprocess.Popen(
         [*PERFWATCH, *command],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)},
     )
 
 
@@ -153,3 +165,101 @@ def test_a_signal_to_a_running_dashboard_ends_it_by_the_convention(
         _, stderr = _ended(dashboard, received)
     assert dashboard.returncode == status, stderr
     assert "Traceback" not in stderr
+
+
+# --- perfwatch dev: a signal at any stage of the broker's start-up, and once it runs --------
+
+
+def _first_child(process: subprocess.Popen[str], timeout_s: float = 120) -> psutil.Process:
+    """The first child process `process` starts (the broker)."""
+    deadline = time.monotonic() + timeout_s
+    while not (children := psutil.Process(process.pid).children(recursive=True)):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no child process started"
+        time.sleep(0.05)
+    return children[0]
+
+
+def _survivors(folder: Path) -> list[str]:
+    """Command lines of live processes that name `folder` (where the broker's data is)."""
+    found = []
+    for candidate in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(candidate.info["cmdline"] or ())
+        if str(folder) in cmdline and candidate.pid != os.getpid():
+            found.append(f"{candidate.pid}: {cmdline[:200]}")
+    return found
+
+
+def _assert_stopped_by_the_convention(
+    process: subprocess.Popen[str], stderr: str, status: int, folder: Path
+) -> None:
+    assert process.returncode == status, stderr
+    assert "Traceback" not in stderr
+    assert "error:" not in stderr
+    assert _survivors(folder) == []  # no broker left behind, seen or not
+
+
+SIGNALS = [(signal.SIGTERM, 0), (signal.SIGINT, 130)]
+
+
+@pytest.mark.pulsar
+@pytest.mark.parametrize(("received", "status"), SIGNALS)
+def test_dev_pulsar_stopped_right_after_starting_leaves_no_java(
+    pulsar_jars: Path, tmp_path: Path, received: signal.Signals, status: int
+) -> None:
+    # At once after the marker: the signal lands before, inside or after starting Java.
+    command = _started(["dev", "pulsar"], tmpdir=tmp_path)
+    assert command.stderr is not None
+    try:
+        _lines_until(command.stderr, "Starting the Pulsar standalone")
+    finally:
+        _, stderr = _ended(command, received)
+    _assert_stopped_by_the_convention(command, stderr, status, tmp_path)
+    assert "standalone ready" not in stderr
+    assert not list(tmp_path.glob("perfwatch-pulsar-*")), "the temporary data folder is removed"
+
+
+@pytest.mark.pulsar
+@pytest.mark.parametrize(("received", "status"), SIGNALS)
+def test_dev_pulsar_stopped_while_java_starts_does_not_wait_for_it(
+    pulsar_jars: Path, tmp_path: Path, received: signal.Signals, status: int
+) -> None:
+    command = _started(["dev", "pulsar"], tmpdir=tmp_path)
+    try:
+        java = _first_child(command)
+    finally:
+        _, stderr = _ended(command, received)
+    _assert_stopped_by_the_convention(command, stderr, status, tmp_path)
+    assert not java.is_running()
+    # Java runs seconds before the standalone is ready: the stop did not wait for that.
+    assert "standalone ready" not in stderr
+
+
+@pytest.mark.pulsar
+@pytest.mark.parametrize(("received", "status"), SIGNALS)
+def test_dev_pulsar_stopped_once_ready_stops_the_standalone(
+    pulsar_jars: Path, tmp_path: Path, received: signal.Signals, status: int
+) -> None:
+    command = _started(["dev", "pulsar"], tmpdir=tmp_path)
+    assert command.stdout is not None
+    try:
+        java = _first_child(command)
+        _lines_until(command.stdout, "admin URL:", timeout_s=300)
+    finally:
+        _, stderr = _ended(command, received)
+    _assert_stopped_by_the_convention(command, stderr, status, tmp_path)
+    assert "Stopping ..." in stderr
+    assert not java.is_running()
+
+
+@pytest.mark.parametrize(("received", "status"), SIGNALS)
+def test_dev_embedded_stopped_while_starting_leaves_no_broker(
+    tmp_path: Path, received: signal.Signals, status: int
+) -> None:
+    command = _started(["dev", "embedded", "--data-dir", str(tmp_path / "broker")])
+    try:
+        broker = _first_child(command)
+    finally:
+        _, stderr = _ended(command, received)
+    _assert_stopped_by_the_convention(command, stderr, status, tmp_path)
+    assert not broker.is_running()

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Self
 
+import pulsar
 from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
 from perfwatch.brokers.handle import BrokerError, make_client
@@ -171,22 +172,21 @@ class EmbeddedBroker(ChildProcessBroker):
             "warn",
         ]
         environment = {name: value for name, value in os.environ.items() if name != "RUST_LOG"}
-        with open(self.log_file, "ab") as log:
-            self._process = subprocess.Popen(
-                command,
-                cwd=self.data_dir,
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        # Recorded at once, so a broker orphaned even during start-up is found later.
-        self._pid_file.write(self._process.pid, self.port)
         try:
+            with open(self.log_file, "ab") as log:
+                process = self._spawn(
+                    command,
+                    cwd=self.data_dir,
+                    env=environment,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            # Recorded at once, so a broker orphaned even during start-up is found later.
+            self._pid_file.write(process.pid, self.port)
             self._wait_until_ready()
             self._check_loopback_only()
-        except BaseException:
-            self.stop()
+        except BaseException as error:
+            self._abandon_start(error)
             raise
         return self
 
@@ -247,6 +247,8 @@ class EmbeddedBroker(ChildProcessBroker):
         )
         try:
             client.get_topic_partitions("persistent://public/default/perfwatch-readiness")
+        except pulsar.Interrupted:
+            raise KeyboardInterrupt from None  # a stop, not a broker that is not ready yet
         except Exception as error:  # any client failure means "not ready yet"
             return f"client lookup: {error}"
         finally:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from types import TracebackType
-from typing import Self
+from types import FrameType, TracebackType
+from typing import Any, Self
 
 import psutil
 
@@ -27,7 +32,28 @@ class ChildProcessBroker(ABC):
 
     @abstractmethod
     def start(self) -> Self:
-        """Start the process and return once the broker serves clients."""
+        """Start the process and return once the broker serves clients.
+
+        Safe against an interrupt (KeyboardInterrupt) at any point: the process is
+        recorded as soon as it exists (`_spawn`), and an interrupted start kills it.
+        """
+
+    def _spawn(self, command: Sequence[str], **options: Any) -> subprocess.Popen[bytes]:
+        """Start the broker's process, in a process group of its own, and record it.
+
+        Signals are held back until it is recorded, so a stop never loses the child
+        (an interrupt inside `subprocess.Popen` would). In its own group the broker is
+        not reached by a terminal's Ctrl-C: this process stops it, in order.
+        """
+        with signals_deferred():
+            self._process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, process_group=0, **options
+            )
+        return self._process
+
+    def _abandon_start(self, error: BaseException) -> None:
+        """Stop after a failed start; at once when interrupted, not waiting for the broker."""
+        self.stop(kill=isinstance(error, KeyboardInterrupt))
 
     @abstractmethod
     def stop(self, *, kill: bool = False) -> None:
@@ -89,18 +115,58 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextmanager
+def signals_deferred(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
+    """Hold `signals` back during the block, then hand them to the handlers in place before.
+
+    For a step that must not be cut in two, such as starting a child and recording it.
+    Only the main thread runs signal handlers; in another thread this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    try:
+        with ExitStack() as restore:
+            for sig in signals:
+                restore.callback(signal.signal, sig, signal.signal(sig, hold))
+            yield
+    finally:
+        for signum in received:
+            signal.raise_signal(signum)
+
+
 def stop_process(process: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM, wait up to `grace` seconds, then SIGKILL (at once if `grace` <= 0); reaps it."""
-    if process.poll() is None:
-        if grace <= 0:
-            process.kill()
-        else:
+    """SIGTERM, wait up to `grace` seconds, then SIGKILL (at once if `grace` <= 0); reaps it.
+
+    The SIGKILL goes to the child's whole process group when it leads one. Interrupted
+    while waiting, it still kills the child: no process outlives its stop.
+    """
+    try:
+        if process.poll() is None and grace > 0:
             process.terminate()
-            try:
-                process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                process.kill()
-    process.wait()
+            process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if process.poll() is None:
+            _kill(process)
+        process.wait()
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    # Not yet reaped, so its pid (and a group of that id) cannot belong to another process.
+    if os.getpgid(process.pid) == process.pid:
+        os.killpg(process.pid, signal.SIGKILL)
+    else:
+        process.kill()
 
 
 def listening_addresses(pid: int) -> list[str]:

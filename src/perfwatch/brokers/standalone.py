@@ -296,8 +296,8 @@ class PulsarStandalone(ChildProcessBroker):
                 # An orderly stop removes the registration; the next start is clean.
                 log.warning("bookie registration flapping after an unclean stop; restarting")
                 self.stop()
-        except BaseException:
-            self.stop()  # also removes a temporary data folder
+        except BaseException as error:
+            self._abandon_start(error)  # also removes a temporary data folder
             raise
         self.startup_seconds = time.monotonic() - began
         return self
@@ -359,10 +359,9 @@ class PulsarStandalone(ChildProcessBroker):
         ]
         # The child keeps its own copy of the log file descriptor.
         with open(run_dir / "logs" / "stdout.log", "ab") as stdout:
-            self._process = subprocess.Popen(
+            self._spawn(
                 command,
                 cwd=run_dir,  # the starter resolves a few relative default paths here
-                stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent(),
@@ -439,11 +438,13 @@ class PulsarStandalone(ChildProcessBroker):
 
         A temporary data folder is deleted; a given `data_dir` is kept.
         """
-        if self._process is not None and not kill:
-            self._unload_namespaces()
         process, self._process = self._process, None
         if process is not None:
-            stop_process(process, 0 if kill else self.stop_grace)
+            try:
+                if not kill:
+                    self._unload_namespaces()
+            finally:
+                stop_process(process, 0 if kill else self.stop_grace)
         if self.data_dir is None and self._run_dir is not None:
             shutil.rmtree(self._run_dir, ignore_errors=True)
             self._run_dir = None

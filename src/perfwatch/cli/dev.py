@@ -3,12 +3,11 @@
 ``perfwatch dev pulsar`` runs a real Apache Pulsar standalone from the Maven jars
 (downloaded once into a cache folder); ``perfwatch dev embedded`` runs the small
 pulsar-lite broker. Both print the service URL once ready and stop cleanly on
-Ctrl-C or SIGTERM.
+Ctrl-C or SIGTERM at any stage: a stop during start-up kills the broker at once.
 """
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import click
 
 from perfwatch.cli.errors import ServiceUnavailable, check_port_free
-from perfwatch.cli.signals import stop_on_signals
+from perfwatch.cli.signals import StopRequest, stop_on_signals
 
 
 @click.group()
@@ -24,33 +23,28 @@ def dev() -> None:
     """Run a local Pulsar broker for development and tests."""
 
 
-def _announce_and_wait(
-    announce: Callable[[], None], is_running: Callable[[], bool], log_file: Path
-) -> int | None:
-    """Print the broker's URLs, then block until SIGINT/SIGTERM (returns which).
+def _serve_until_stopped(
+    stop: StopRequest,
+    announce: Callable[[], None],
+    is_running: Callable[[], bool],
+    log_file: Path,
+) -> None:
+    """Print the broker's URLs, then block until `stop` is requested.
 
-    The handlers are installed before the URLs are printed, so a caller that signals as
-    soon as it reads them is always answered by a clean stop. Fails if the broker
-    process dies first.
+    The URLs are printed inside the polled stretch, so a caller that signals as soon
+    as it reads them is answered by an orderly stop. Fails if the broker process dies
+    first: it runs in a process group of its own, so no Ctrl-C reaches it.
     """
-    with stop_on_signals() as stop:
+    with stop.polled():
         announce()
         while not stop.wait(1.0):
-            # Ctrl-C reaches the broker too (same process group): only a death with no
-            # stop request is unexpected.
-            if not is_running() and not stop.is_set():
+            if not is_running():
                 from perfwatch.brokers.process import tail
 
                 raise ServiceUnavailable(
                     f"the broker process exited unexpectedly; its log:\n{tail(log_file)}"
                 )
-    return stop.signal
-
-
-def _stopped_by(received: int | None) -> None:
-    """After a clean stop: Ctrl-C is reported as an interruption (exit status 130)."""
-    if received == signal.SIGINT:
-        raise KeyboardInterrupt
+        click.echo("Stopping ...", err=True)
 
 
 @dev.command("pulsar")
@@ -91,46 +85,49 @@ def pulsar_standalone(
     for option, chosen in (("--port", port), ("--web-port", web_port)):
         if chosen is not None:
             check_port_free("127.0.0.1", chosen, option)
-    try:
-        home = pulsar_home()
-        if not jars_ready(home):
-            click.echo(
-                f"Fetching Apache Pulsar {pulsar_version()} jars with Maven into {home} "
-                "(about 270 MB the first time) ...",
-                err=True,
+    # From the start: a signal at any stage stops the command by the convention, and
+    # an interrupted start-up kills the standalone at once.
+    with stop_on_signals() as stop:
+        try:
+            home = pulsar_home()
+            if not jars_ready(home):
+                click.echo(
+                    f"Fetching Apache Pulsar {pulsar_version()} jars with Maven into {home} "
+                    "(about 270 MB the first time) ...",
+                    err=True,
+                )
+            began = time.monotonic()
+            lib_dir = fetch_jars(home)
+            click.echo(f"Jars ready in {lib_dir} ({time.monotonic() - began:.1f} s)", err=True)
+            if fetch_only:
+                return
+            standalone = PulsarStandalone(
+                lib_dir=lib_dir,
+                data_dir=data_dir,
+                broker_port=port,
+                web_port=web_port,
+                heap_mb=heap_mb,
             )
-        began = time.monotonic()
-        lib_dir = fetch_jars(home)
-        click.echo(f"Jars ready in {lib_dir} ({time.monotonic() - began:.1f} s)", err=True)
-        if fetch_only:
-            return
-        standalone = PulsarStandalone(
-            lib_dir=lib_dir,
-            data_dir=data_dir,
-            broker_port=port,
-            web_port=web_port,
-            heap_mb=heap_mb,
-        )
-        click.echo("Starting the Pulsar standalone ...", err=True)
-        with standalone:
-            rss = standalone.rss_bytes()
-            click.echo(
-                f"Pulsar standalone ready in {standalone.startup_seconds:.1f} s "
-                f"(pid {standalone.pid}"
-                + (f", {rss / 2**20:.0f} MB resident" if rss else "")
-                + f", log {standalone.log_file})",
-                err=True,
-            )
+            click.echo("Starting the Pulsar standalone ...", err=True)
+            with standalone:
+                rss = standalone.rss_bytes()
+                click.echo(
+                    f"Pulsar standalone ready in {standalone.startup_seconds:.1f} s "
+                    f"(pid {standalone.pid}"
+                    + (f", {rss / 2**20:.0f} MB resident" if rss else "")
+                    + f", log {standalone.log_file})",
+                    err=True,
+                )
 
-            def announce() -> None:
-                click.echo(f"service URL: {standalone.service_url}")
-                click.echo(f"admin URL:   {standalone.admin_url}")
+                def announce() -> None:
+                    click.echo(f"service URL: {standalone.service_url}")
+                    click.echo(f"admin URL:   {standalone.admin_url}")
 
-            received = _announce_and_wait(announce, lambda: standalone.running, standalone.log_file)
-            click.echo("Stopping ...", err=True)
-        _stopped_by(received)
-    except BrokerError as error:
-        raise ServiceUnavailable(str(error)) from error
+                _serve_until_stopped(
+                    stop, announce, lambda: standalone.running, standalone.log_file
+                )
+        except BrokerError as error:
+            raise ServiceUnavailable(str(error)) from error
 
 
 @dev.command("embedded")
@@ -147,19 +144,19 @@ def embedded(data_dir: Path | None, port: int | None) -> None:
 
     if port is not None:
         check_port_free("127.0.0.1", port, "--port")
-    try:
-        with EmbeddedBroker(data_dir, port=port) as broker:
-            click.echo(
-                f"Embedded broker ready (pid {broker.pid}, data {broker.data_dir}, "
-                f"log {broker.log_file})",
-                err=True,
-            )
-            received = _announce_and_wait(
-                lambda: click.echo(f"service URL: {broker.service_url}"),
-                lambda: broker.running,
-                broker.log_file,
-            )
-            click.echo("Stopping ...", err=True)
-        _stopped_by(received)
-    except BrokerError as error:
-        raise ServiceUnavailable(str(error)) from error
+    with stop_on_signals() as stop:
+        try:
+            with EmbeddedBroker(data_dir, port=port) as broker:
+                click.echo(
+                    f"Embedded broker ready (pid {broker.pid}, data {broker.data_dir}, "
+                    f"log {broker.log_file})",
+                    err=True,
+                )
+                _serve_until_stopped(
+                    stop,
+                    lambda: click.echo(f"service URL: {broker.service_url}"),
+                    lambda: broker.running,
+                    broker.log_file,
+                )
+        except BrokerError as error:
+            raise ServiceUnavailable(str(error)) from error

@@ -196,6 +196,23 @@ def test_compat_mode_with_options_and_gaps_matches_otava(
         assert_same_as_otava(ours[metric], expected[metric])
 
 
+def test_compat_mode_from_the_config_keeps_the_blank_runs_of_its_series(
+    otava: OtavaReference, tmp_path: Path
+) -> None:
+    table = table_with_gaps(3)
+    path = write_csv(tmp_path / "t.csv", table)
+    config = tmp_path / "perfwatch.toml"
+    config.write_text('[[analyzer.rules]]\nmetric = "metric0"\ncompat = "otava"\n')
+    configured = analyze(path, "--config", config)
+    assert_same_as_otava(configured["metric0"], otava_answers(otava, table)["metric0"])
+    assert configured["metric0"]["points"] == len(table["metric0"])
+    # the rule names one metric: the other keeps the default mode and its missing runs out
+    assert configured["metric1"] == analyze(path)["metric1"]
+    assert configured["metric1"]["points"] < len(table["metric1"])
+    config.write_text('[analyzer]\ncompat = "otava"\n')
+    assert analyze(path, "--config", config) == analyze(path, "--compat", "otava")
+
+
 def test_dropping_the_blank_runs_would_not_be_otava(otava: OtavaReference, tmp_path: Path) -> None:
     """The case that shows the two policies differ: steps after blanks shift the indices."""
     rng = np.random.default_rng(5)

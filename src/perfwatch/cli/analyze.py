@@ -143,26 +143,33 @@ def analyze(
     }
     flag_params = {k: v for k, v in settings.items() if v is not None}
     config = _command_config(config_path)
+    parameters = _Parameters(flag_params, config)
     try:
-        # Otava keeps a run whose value is missing (its analysis fills the value in and
-        # counts the run), so compat mode does too; by default the run is left out.
+        # Runs without a value are read in; each series then keeps or drops them by its
+        # own mode, which the flag or the configuration's rule for the series sets.
         loaded = _load_series(
             files,
             metrics or None,
             time_column=time_column,
             separator=_separator(sep),
-            keep_missing=compat == "otava",
+            keep_missing=True,
         )
         _check_found(loaded, metrics, files)
         selected = [
             _prepared(
-                series, directions, config, branch=branch, since=since, until=until, last=last
+                _missing_runs_as_the_mode_treats_them(series, parameters),
+                directions,
+                config,
+                branch=branch,
+                since=since,
+                until=until,
+                last=last,
             )
             for series in loaded
         ]
     except SourceError as error:
         raise InputError(str(error)) from None
-    results = _detect_all(selected, _Parameters(flag_params, config))
+    results = _detect_all(selected, parameters)
     if output_format == "json":
         output = orjson.dumps(
             {"series": [_result_json(result) for result in results]}, option=orjson.OPT_INDENT_2
@@ -221,6 +228,19 @@ class _Parameters:
                     f"{series.test} / {series.metric}: analyzer parameters {merged}: {error}"
                 ) from None
         return params
+
+
+def _missing_runs_as_the_mode_treats_them(
+    series: MetricSeries, parameters: _Parameters
+) -> MetricSeries:
+    """Otava keeps a run whose value is missing (its analysis fills the value in and counts
+    the run), so compat mode does too; the default mode leaves the run out."""
+    import numpy as np
+
+    if parameters.for_series(series).is_compat:
+        return series
+    present = np.flatnonzero(~np.isnan(series.values))
+    return series if len(present) == len(series) else series.take(present.tolist())
 
 
 def _parse_directions(flags: Sequence[str]) -> dict[str, Direction]:

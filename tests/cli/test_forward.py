@@ -382,6 +382,37 @@ def test_an_incidents_verdicts_are_posted_as_one_message_after_the_group_wait(
         _subscribe(client, topic, "hooks").receive(timeout_millis=1500)
 
 
+@pytest.mark.parametrize("group_wait", [30, 0])
+def test_regressions_only_posts_that_a_posted_incident_emptied(
+    client: pulsar.Client,
+    unique_topic: Callable[[str], str],
+    incident_feed: tuple[str, Webhook, IncidentStream],
+    group_wait: float,
+) -> None:
+    """The emptied incident has no member left to be a regression: it is posted because
+    the forwarder posted the incident."""
+    topic, webhook, stream = incident_feed
+    documents = [stream.change(joined=["a"]), stream.change(left=["a"])]
+    _publish(client, topic, documents)
+    consumer = _subscribe(client, topic, "hooks")
+    received = [consumer.receive(timeout_millis=10_000) for _ in documents]
+    now = [0.0]
+    stats = forward_verdicts(
+        _timed(now, [(0, received[0]), (30, None), (100, received[1]), (330, None)]),
+        consumer,
+        _sender(webhook.url, []),
+        client.create_producer(unique_topic("dlq")),
+        verdict_filter=VerdictFilter(regressions_only=True, alerts_only=True),
+        groups=AlertGroups(wait_s=group_wait, interval_s=300) if group_wait else None,
+        clock=lambda: now[0],
+    )
+    texts = [orjson.loads(body)["text"] for body in webhook.accepted]
+    assert len(texts) == 2 and stats.delivered == 2, texts
+    assert texts[0].startswith("INCIDENT") and "REGRESSION svc/a" in texts[0]
+    assert texts[1] == summary_fields(documents[1])["summary"]
+    assert "0 series" in texts[1], texts[1]
+
+
 def test_a_forwarder_stopped_while_holding_a_group_gets_its_verdicts_again(
     client: pulsar.Client,
     unique_topic: Callable[[str], str],

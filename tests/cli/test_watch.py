@@ -111,15 +111,41 @@ def test_an_incident_passes_the_filters_of_any_of_its_series() -> None:
     slower = stream.change(joined=["search"])
     emptied = stream.change(left=["cache", "search"])
     alerts = VerdictFilter(regressions_only=True, alerts_only=True)
+    # emptied, the incident has no member to judge: it passes as the incident it was
     assert [alerts.accepts(document) for document in (faster, slower, emptied)] == [
         False,
         True,
-        False,
+        True,
     ]
     # svc/search caused the update; svc/cache, the first member, is in it too
     assert VerdictFilter(tests=["svc/cache"]).accepts(slower)
     assert not VerdictFilter(tests=["svc/other"]).accepts(slower)
     assert not VerdictFilter(tests=["svc/search"]).accepts(faster)
+
+
+def test_a_filter_follows_the_incidents_it_kept_until_they_empty() -> None:
+    stream = IncidentStream()
+    slower = stream.change(joined=["search"])
+    faster = stream.change(joined=["cache"], change=-6.0, direction="improvement")
+    only_faster = stream.change(left=["search"])
+    emptied = stream.change(left=["cache"])
+    reopened = stream.change(joined=["cache"], change=-6.0, direction="improvement")
+    history = [slower, faster, only_faster, emptied, reopened]
+
+    def kept(verdict_filter: VerdictFilter, documents: list[dict]) -> list[bool]:
+        return [verdict_filter.accepts(document) for document in documents]
+
+    # told of the regression, a reader hears every change of its incident until it empties
+    assert kept(VerdictFilter(regressions_only=True), history) == [True] * 4 + [False]
+    assert kept(VerdictFilter(tests=["svc/search"]), history) == [True] * 4 + [False]
+    # one that never saw the incident is not told it emptied
+    assert kept(VerdictFilter(regressions_only=True), [emptied]) == [False]
+    assert kept(VerdictFilter(tests=["svc/other"]), history) == [False] * 5
+    # a filter kept out of the time range still follows the incident from what it was shown
+    since = VerdictFilter(regressions_only=True, since=EMITTED_AT + timedelta(hours=1))
+    assert kept(since, [slower, emptied]) == [False, False]
+    later = {**emptied, "emitted_at": format_rfc3339(EMITTED_AT + timedelta(hours=2))}
+    assert kept(since, [slower, later]) == [False, True]
 
 
 def test_alerts_only_keeps_confirmed_findings_and_verdicts_without_a_lifecycle() -> None:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -123,32 +123,37 @@ def block(verdict: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-@dataclass(frozen=True)
+@dataclass
 class VerdictFilter:
-    """Which verdicts to keep; an empty `tests` or `kinds` keeps all."""
+    """Which verdicts to keep; an empty `tests` or `kinds` keeps all.
+
+    An incident kept for its series (`tests`) or for a regression among them
+    (`regressions_only`) is followed: its later verdicts pass those two filters
+    whatever its members are then, so a reader told of an incident also hears that it
+    emptied (its update then has no member to judge). A filter follows the incidents of
+    the verdicts it has been shown, so a reader started after an incident opened (not
+    from the earliest verdict) does not hear of it emptying either.
+    """
 
     tests: Sequence[str] = ()  # globs on the series' test id (or an incident member's)
     kinds: Sequence[str] = ()  # exact kinds, or a family such as "change_point"
     regressions_only: bool = False
     since: datetime | None = None
     alerts_only: bool = False  # see is_alert
+    _followed_incidents: set[str] = field(default_factory=set, init=False, repr=False)
 
     def accepts(self, verdict: Mapping[str, Any]) -> bool:
+        followed = self._follows(verdict)
         if self.alerts_only and not is_alert(verdict):
             return False
-        # an incident concerns every series in it, not only the one that changed last
-        tests = {str(block(verdict, "series").get("test", ""))}
-        tests.update(str(member.get("test", "")) for member in _members(verdict))
-        if self.tests and not any(
-            fnmatch.fnmatchcase(test, glob) for test in tests for glob in self.tests
-        ):
+        if not followed and not self._concerns_the_tests(verdict):
             return False
         kind = str(verdict.get("kind", ""))
         if self.kinds and not any(
             kind == wanted or kind.startswith(f"{wanted}.") for wanted in self.kinds
         ):
             return False
-        if self.regressions_only and not is_regression(verdict):
+        if self.regressions_only and not followed and not is_regression(verdict):
             return False
         if self.since is not None:
             try:
@@ -158,6 +163,32 @@ class VerdictFilter:
             if emitted < self.since:
                 return False
         return True
+
+    def _follows(self, verdict: Mapping[str, Any]) -> bool:
+        """Whether the verdict is of an incident followed before it; starts or ends
+        following its incident (an emptied incident's id can open again, afresh)."""
+        if not (self.tests or self.regressions_only):
+            return False
+        incident = block(verdict, "incident")
+        incident_id = incident.get("id")
+        if not isinstance(incident_id, str):
+            return False
+        followed = incident_id in self._followed_incidents
+        if not listed(incident, "members"):
+            self._followed_incidents.discard(incident_id)
+        elif self._concerns_the_tests(verdict) and (
+            not self.regressions_only or is_regression(verdict)
+        ):
+            self._followed_incidents.add(incident_id)
+        return followed
+
+    def _concerns_the_tests(self, verdict: Mapping[str, Any]) -> bool:
+        if not self.tests:
+            return True
+        # an incident concerns every series in it, not only the one that changed last
+        tests = {str(block(verdict, "series").get("test", ""))}
+        tests.update(str(member.get("test", "")) for member in _members(verdict))
+        return any(fnmatch.fnmatchcase(test, glob) for test in tests for glob in self.tests)
 
 
 # Characters of a commit a message shows (the dashboard shows as many).

@@ -115,7 +115,8 @@ def _with_source_options(command: Callable[..., Any], *, alerts_only: bool) -> C
             "tests",
             multiple=True,
             metavar="GLOB",
-            help="Only these tests (an incident: if any of its series is one).",
+            help="Only these tests (an incident: if any of its series is one; then its later "
+            "events too).",
         ),
         click.option(
             "--kind",
@@ -126,7 +127,8 @@ def _with_source_options(command: Callable[..., Any], *, alerts_only: bool) -> C
         click.option(
             "--regressions-only",
             is_flag=True,
-            help="Only regressions (an incident: if any of its series regressed).",
+            help="Only regressions (an incident: if any of its series regressed; then its "
+            "later events, up to the one that empties it, too).",
         ),
         click.option(
             "--alerts-only/--all-events",

@@ -6,12 +6,14 @@ pytest-benchmark and Google Benchmark's Python bindings come from PyPI (the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,729 +136,233 @@ def hyperfine_reports(work: Path) -> dict[str, Path]:
     return {"list": work / "list.json", "once": work / "once.json"}
 
 
-# JMH needs a Java build of the benchmarks, so its reports are written here by hand, in the
-# layout of the JSON that JMH writes (`-rf json`, release 1.37): SortBench in two parameter
-# combinations with the gc profiler, HashBench in two modes, a sampled latency with its
-# histogram, and a single-shot run whose one iteration leaves the error "NaN".
-JMH_REPORT = """[
-    {
-        "jmhVersion" : "1.37",
-        "benchmark" : "org.example.bench.SortBench.sort",
-        "mode" : "thrpt",
-        "threads" : 1,
-        "forks" : 2,
-        "jvm" : "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
-        "jvmArgs" : [
-            "-Xmx2g"
-        ],
-        "jdkVersion" : "17.0.15",
-        "vmName" : "OpenJDK 64-Bit Server VM",
-        "vmVersion" : "17.0.15+6-Debian-1deb12u1",
-        "warmupIterations" : 3,
-        "warmupTime" : "1 s",
-        "warmupBatchSize" : 1,
-        "measurementIterations" : 3,
-        "measurementTime" : "1 s",
-        "measurementBatchSize" : 1,
-        "params" : {
-            "order" : "random",
-            "size" : "1000"
-        },
-        "primaryMetric" : {
-            "score" : 18234.51779127005,
-            "scoreError" : 412.9183322019281,
-            "scoreConfidence" : [
-                17821.599459068122,
-                18647.436123471978
+# JMH needs a Java build of the benchmarks, so its reports are made here from the numbers of
+# real runs, in the layout of the JSON that JMH writes (`-rf json`, release 1.37): a score it
+# could not compute is the string "NaN", and the sampled mode keeps a histogram of times.
+JMH_VM = {
+    "jmhVersion": "1.37",
+    "jvm": "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
+    "jvmArgs": ["-Xmx2g"],
+    "jdkVersion": "17.0.15",
+    "vmName": "OpenJDK 64-Bit Server VM",
+    "vmVersion": "17.0.15+6-Debian-1deb12u1",
+}
+JMH_PERCENTILES = (
+    *("0.0", "50.0", "90.0", "95.0", "99.0", "99.9", "99.99", "99.999", "99.9999", "100.0"),
+)
+NAN = "NaN"  # how JMH writes a score it could not compute
+
+
+def jmh_metric(
+    score: float | str, error: float | str, unit: str, forks: list[list[Any]]
+) -> dict[str, Any]:
+    """A primary or secondary metric: its score and error, and each fork's iteration
+    scores (for the sampled mode, each iteration's histogram of [time, count] pairs)."""
+    histogram = any(isinstance(iteration, list) for fork in forks for iteration in fork)
+    values = sorted(
+        time
+        for fork in forks
+        for iteration in fork
+        for time, _count in (iteration if histogram else [(iteration, 1)])
+    )
+    confidence: list[float | str] = [NAN, NAN]
+    if isinstance(score, float) and isinstance(error, float):
+        confidence = [score - error, score + error]
+    percentiles: dict[str, float | str] = {
+        name: values[min(len(values) - 1, int(float(name) / 100 * len(values)))] if values else NAN
+        for name in JMH_PERCENTILES
+    }
+    return {
+        "score": score,
+        "scoreError": error,
+        "scoreConfidence": confidence,
+        "scorePercentiles": percentiles,
+        "scoreUnit": unit,
+        "rawDataHistogram" if histogram else "rawData": forks,
+    }
+
+
+def jmh_result(
+    benchmark: str,
+    mode: str,
+    primary: dict[str, Any],
+    secondary: dict[str, Any],
+    *,
+    params: dict[str, str] | None = None,
+    threads: int = 1,
+    vm: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One result as JMH writes it, with the fields in its order."""
+    vm = JMH_VM if vm is None else vm
+    forks = primary.get("rawData") or primary["rawDataHistogram"]
+    single_shot = mode == "ss"
+    result: dict[str, Any] = {
+        **{key: vm[key] for key in ("jmhVersion",) if key in vm},
+        "benchmark": benchmark,
+        "mode": mode,
+        "threads": threads,
+        "forks": len(forks),
+        **{key: value for key, value in vm.items() if key != "jmhVersion"},
+        "warmupIterations": 0 if single_shot else 3,
+        "warmupTime": "single-shot" if single_shot else "1 s",
+        "warmupBatchSize": 1,
+        "measurementIterations": len(forks[0]),
+        "measurementTime": "single-shot" if single_shot else "1 s",
+        "measurementBatchSize": 1,
+    }
+    if params:
+        result["params"] = params
+    return {**result, "primaryMetric": primary, "secondaryMetrics": secondary}
+
+
+# SortBench in two parameter combinations with the gc profiler (its gc.time could not be
+# computed), HashBench in two modes, a sampled latency, and a single-shot run whose one
+# iteration leaves the error "NaN".
+JMH_RESULTS = [
+    jmh_result(
+        "org.example.bench.SortBench.sort",
+        "thrpt",
+        jmh_metric(
+            18236.58509436521,
+            412.9183322019281,
+            "ops/s",
+            [
+                [18103.644172, 18466.305819, 18377.898110],
+                [17990.120331, 18216.921014, 18264.621217],
             ],
-            "scorePercentiles" : {
-                "0.0" : 17990.120331447253,
-                "50.0" : 18240.77114601329,
-                "90.0" : 18466.30581972091,
-                "95.0" : 18466.30581972091,
-                "99.0" : 18466.30581972091,
-                "99.9" : 18466.30581972091,
-                "99.99" : 18466.30581972091,
-                "99.999" : 18466.30581972091,
-                "99.9999" : 18466.30581972091,
-                "100.0" : 18466.30581972091
-            },
-            "scoreUnit" : "ops/s",
-            "rawData" : [
-                [
-                    18103.64417210437,
-                    18466.30581972091,
-                    18377.89811032142
-                ],
-                [
-                    17990.120331447253,
-                    18216.92101488561,
-                    18264.62121714097
-                ]
-            ]
+        ),
+        {
+            "gc.alloc.rate": jmh_metric(
+                71.23519866040935,
+                1.610311829412011,
+                "MB/sec",
+                [[70.72, 72.14, 71.79], [70.28, 71.16, 71.30]],
+            ),
+            "gc.alloc.rate.norm": jmh_metric(
+                4096.000891421877,
+                0.000482161334029,
+                "B/op",
+                [[4096.0009, 4096.0006, 4096.0011], [4096.0009, 4096.0010, 4096.0009]],
+            ),
+            "gc.count": jmh_metric(6.0, NAN, "counts", [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]),
+            "gc.time": jmh_metric(NAN, NAN, "ms", [[], []]),
         },
-        "secondaryMetrics" : {
-            "gc.alloc.rate" : {
-                "score" : 71.23519866040935,
-                "scoreError" : 1.6103118294120113,
-                "scoreConfidence" : [
-                    69.62488683099734,
-                    72.84551048982136
-                ],
-                "scorePercentiles" : {
-                    "0.0" : 70.28014380111634,
-                    "50.0" : 71.25977711082107,
-                    "90.0" : 72.14007010441512,
-                    "95.0" : 72.14007010441512,
-                    "99.0" : 72.14007010441512,
-                    "99.9" : 72.14007010441512,
-                    "99.99" : 72.14007010441512,
-                    "99.999" : 72.14007010441512,
-                    "99.9999" : 72.14007010441512,
-                    "100.0" : 72.14007010441512
-                },
-                "scoreUnit" : "MB/sec",
-                "rawData" : [
-                    [
-                        70.72299154082213,
-                        72.14007010441512,
-                        71.79656350706063
-                    ],
-                    [
-                        70.28014380111634,
-                        71.16224883637017,
-                        71.30917417267169
-                    ]
-                ]
-            },
-            "gc.alloc.rate.norm" : {
-                "score" : 4096.000891421877,
-                "scoreError" : 0.00048216133402935065,
-                "scoreConfidence" : [
-                    4096.000409260543,
-                    4096.001373583211
-                ],
-                "scorePercentiles" : {
-                    "0.0" : 4096.000593871113,
-                    "50.0" : 4096.000897125421,
-                    "90.0" : 4096.001102384751,
-                    "95.0" : 4096.001102384751,
-                    "99.0" : 4096.001102384751,
-                    "99.9" : 4096.001102384751,
-                    "99.99" : 4096.001102384751,
-                    "99.999" : 4096.001102384751,
-                    "99.9999" : 4096.001102384751,
-                    "100.0" : 4096.001102384751
-                },
-                "scoreUnit" : "B/op",
-                "rawData" : [
-                    [
-                        4096.000903014412,
-                        4096.000593871113,
-                        4096.001102384751
-                    ],
-                    [
-                        4096.000891236430,
-                        4096.000960418112,
-                        4096.000897125421
-                    ]
-                ]
-            },
-            "gc.count" : {
-                "score" : 6.0,
-                "scoreError" : "NaN",
-                "scoreConfidence" : [
-                    "NaN",
-                    "NaN"
-                ],
-                "scorePercentiles" : {
-                    "0.0" : 1.0,
-                    "50.0" : 1.0,
-                    "90.0" : 1.0,
-                    "95.0" : 1.0,
-                    "99.0" : 1.0,
-                    "99.9" : 1.0,
-                    "99.99" : 1.0,
-                    "99.999" : 1.0,
-                    "99.9999" : 1.0,
-                    "100.0" : 1.0
-                },
-                "scoreUnit" : "counts",
-                "rawData" : [
-                    [
-                        1.0,
-                        1.0,
-                        1.0
-                    ],
-                    [
-                        1.0,
-                        1.0,
-                        1.0
-                    ]
-                ]
-            },
-            "gc.time" : {
-                "score" : "NaN",
-                "scoreError" : "NaN",
-                "scoreConfidence" : [
-                    "NaN",
-                    "NaN"
-                ],
-                "scorePercentiles" : {
-                    "0.0" : "NaN",
-                    "50.0" : "NaN",
-                    "90.0" : "NaN",
-                    "95.0" : "NaN",
-                    "99.0" : "NaN",
-                    "99.9" : "NaN",
-                    "99.99" : "NaN",
-                    "99.999" : "NaN",
-                    "99.9999" : "NaN",
-                    "100.0" : "NaN"
-                },
-                "scoreUnit" : "ms",
-                "rawData" : [
-                    [
-                    ],
-                    [
-                    ]
-                ]
-            }
-        }
-    },
-    {
-        "jmhVersion" : "1.37",
-        "benchmark" : "org.example.bench.SortBench.sort",
-        "mode" : "thrpt",
-        "threads" : 1,
-        "forks" : 2,
-        "jvm" : "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
-        "jvmArgs" : [
-            "-Xmx2g"
-        ],
-        "jdkVersion" : "17.0.15",
-        "vmName" : "OpenJDK 64-Bit Server VM",
-        "vmVersion" : "17.0.15+6-Debian-1deb12u1",
-        "warmupIterations" : 3,
-        "warmupTime" : "1 s",
-        "warmupBatchSize" : 1,
-        "measurementIterations" : 3,
-        "measurementTime" : "1 s",
-        "measurementBatchSize" : 1,
-        "params" : {
-            "order" : "random",
-            "size" : "100000"
+        params={"order": "random", "size": "1000"},
+    ),
+    jmh_result(
+        "org.example.bench.SortBench.sort",
+        "thrpt",
+        jmh_metric(
+            97.40215811834127,
+            3.0718826590315683,
+            "ops/s",
+            [[95.881260, 97.123408, 97.856432], [98.901203, 96.910042, 97.740601]],
+        ),
+        {
+            "gc.alloc.rate": jmh_metric(
+                37.19962104528183,
+                1.173216330812704,
+                "MB/sec",
+                [[36.61, 37.09, 37.37], [37.77, 37.01, 37.32]],
+            ),
+            "gc.alloc.rate.norm": jmh_metric(
+                400472.3118820542,
+                0.8736702104312918,
+                "B/op",
+                [[400472.77, 400472.31, 400471.90], [400472.03, 400472.62, 400472.23]],
+            ),
         },
-        "primaryMetric" : {
-            "score" : 97.40215811834127,
-            "scoreError" : 3.0718826590315683,
-            "scoreConfidence" : [
-                94.3302754593097,
-                100.47404077737284
-            ],
-            "scorePercentiles" : {
-                "0.0" : 95.88126011027154,
-                "50.0" : 97.4899204103415,
-                "90.0" : 98.90120337760311,
-                "95.0" : 98.90120337760311,
-                "99.0" : 98.90120337760311,
-                "99.9" : 98.90120337760311,
-                "99.99" : 98.90120337760311,
-                "99.999" : 98.90120337760311,
-                "99.9999" : 98.90120337760311,
-                "100.0" : 98.90120337760311
-            },
-            "scoreUnit" : "ops/s",
-            "rawData" : [
-                [
-                    95.88126011027154,
-                    97.12340871146625,
-                    97.85643210921675
-                ],
-                [
-                    98.90120337760311,
-                    96.91004288071334,
-                    97.74060152077661
-                ]
-            ]
-        },
-        "secondaryMetrics" : {
-            "gc.alloc.rate" : {
-                "score" : 37.19962104528183,
-                "scoreError" : 1.173216330812704,
-                "scoreConfidence" : [
-                    36.02640471446913,
-                    38.37283737609453
-                ],
-                "scorePercentiles" : {
-                    "0.0" : 36.61694107419121,
-                    "50.0" : 37.23366018342614,
-                    "90.0" : 37.77258906341012,
-                    "95.0" : 37.77258906341012,
-                    "99.0" : 37.77258906341012,
-                    "99.9" : 37.77258906341012,
-                    "99.99" : 37.77258906341012,
-                    "99.999" : 37.77258906341012,
-                    "99.9999" : 37.77258906341012,
-                    "100.0" : 37.77258906341012
-                },
-                "scoreUnit" : "MB/sec",
-                "rawData" : [
-                    [
-                        36.61694107419121,
-                        37.09250184327066,
-                        37.37481852358162
-                    ],
-                    [
-                        37.77258906341012,
-                        37.01186574721101,
-                        37.32901001002637
-                    ]
-                ]
-            },
-            "gc.alloc.rate.norm" : {
-                "score" : 400472.3118820542,
-                "scoreError" : 0.8736702104312918,
-                "scoreConfidence" : [
-                    400471.4382118438,
-                    400473.1855522646
-                ],
-                "scorePercentiles" : {
-                    "0.0" : 400471.9012277303,
-                    "50.0" : 400472.3103129371,
-                    "90.0" : 400472.7721403201,
-                    "95.0" : 400472.7721403201,
-                    "99.0" : 400472.7721403201,
-                    "99.9" : 400472.7721403201,
-                    "99.99" : 400472.7721403201,
-                    "99.999" : 400472.7721403201,
-                    "99.9999" : 400472.7721403201,
-                    "100.0" : 400472.7721403201
-                },
-                "scoreUnit" : "B/op",
-                "rawData" : [
-                    [
-                        400472.7721403201,
-                        400472.3103129371,
-                        400471.9012277303
-                    ],
-                    [
-                        400472.0319218807,
-                        400472.6210983116,
-                        400472.2345911454
-                    ]
-                ]
-            }
-        }
-    },
-    {
-        "jmhVersion" : "1.37",
-        "benchmark" : "org.example.bench.HashBench.murmur",
-        "mode" : "thrpt",
-        "threads" : 4,
-        "forks" : 1,
-        "jvm" : "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
-        "jvmArgs" : [
-        ],
-        "jdkVersion" : "17.0.15",
-        "vmName" : "OpenJDK 64-Bit Server VM",
-        "vmVersion" : "17.0.15+6-Debian-1deb12u1",
-        "warmupIterations" : 2,
-        "warmupTime" : "500 ms",
-        "warmupBatchSize" : 1,
-        "measurementIterations" : 3,
-        "measurementTime" : "500 ms",
-        "measurementBatchSize" : 1,
-        "primaryMetric" : {
-            "score" : 41.87351904273307,
-            "scoreError" : 2.507814026915023,
-            "scoreConfidence" : [
-                39.36570501581805,
-                44.38133306964809
-            ],
-            "scorePercentiles" : {
-                "0.0" : 41.72218807735101,
-                "50.0" : 41.80119420261843,
-                "90.0" : 42.09717484822977,
-                "95.0" : 42.09717484822977,
-                "99.0" : 42.09717484822977,
-                "99.9" : 42.09717484822977,
-                "99.99" : 42.09717484822977,
-                "99.999" : 42.09717484822977,
-                "99.9999" : 42.09717484822977,
-                "100.0" : 42.09717484822977
-            },
-            "scoreUnit" : "ops/us",
-            "rawData" : [
-                [
-                    41.72218807735101,
-                    41.80119420261843,
-                    42.09717484822977
-                ]
-            ]
-        },
-        "secondaryMetrics" : {
-            "gc.alloc.rate.norm" : {
-                "score" : 1.0E-5,
-                "scoreError" : 2.0E-6,
-                "scoreConfidence" : [
-                    8.0E-6,
-                    1.2E-5
-                ],
-                "scorePercentiles" : {
-                    "0.0" : 9.0E-6,
-                    "50.0" : 1.0E-5,
-                    "90.0" : 1.1E-5,
-                    "95.0" : 1.1E-5,
-                    "99.0" : 1.1E-5,
-                    "99.9" : 1.1E-5,
-                    "99.99" : 1.1E-5,
-                    "99.999" : 1.1E-5,
-                    "99.9999" : 1.1E-5,
-                    "100.0" : 1.1E-5
-                },
-                "scoreUnit" : "B/op",
-                "rawData" : [
-                    [
-                        9.0E-6,
-                        1.0E-5,
-                        1.1E-5
-                    ]
-                ]
-            }
-        }
-    },
-    {
-        "jmhVersion" : "1.37",
-        "benchmark" : "org.example.bench.HashBench.murmur",
-        "mode" : "avgt",
-        "threads" : 4,
-        "forks" : 1,
-        "jvm" : "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
-        "jvmArgs" : [
-        ],
-        "jdkVersion" : "17.0.15",
-        "vmName" : "OpenJDK 64-Bit Server VM",
-        "vmVersion" : "17.0.15+6-Debian-1deb12u1",
-        "warmupIterations" : 2,
-        "warmupTime" : "500 ms",
-        "warmupBatchSize" : 1,
-        "measurementIterations" : 3,
-        "measurementTime" : "500 ms",
-        "measurementBatchSize" : 1,
-        "primaryMetric" : {
-            "score" : 95.5380172212514,
-            "scoreError" : 5.882360927181745,
-            "scoreConfidence" : [
-                89.65565629406966,
-                101.42037814843315
-            ],
-            "scorePercentiles" : {
-                "0.0" : 95.14218006178402,
-                "50.0" : 95.63417127320612,
-                "90.0" : 95.83770032876406,
-                "95.0" : 95.83770032876406,
-                "99.0" : 95.83770032876406,
-                "99.9" : 95.83770032876406,
-                "99.99" : 95.83770032876406,
-                "99.999" : 95.83770032876406,
-                "99.9999" : 95.83770032876406,
-                "100.0" : 95.83770032876406
-            },
-            "scoreUnit" : "ns/op",
-            "rawData" : [
-                [
-                    95.14218006178402,
-                    95.63417127320612,
-                    95.83770032876406
-                ]
-            ]
-        },
-        "secondaryMetrics" : {
-            "gc.alloc.rate.norm" : {
-                "score" : 2.4E-5,
-                "scoreError" : 4.0E-6,
-                "scoreConfidence" : [
-                    2.0E-5,
-                    2.8E-5
-                ],
-                "scorePercentiles" : {
-                    "0.0" : 2.2E-5,
-                    "50.0" : 2.4E-5,
-                    "90.0" : 2.6E-5,
-                    "95.0" : 2.6E-5,
-                    "99.0" : 2.6E-5,
-                    "99.9" : 2.6E-5,
-                    "99.99" : 2.6E-5,
-                    "99.999" : 2.6E-5,
-                    "99.9999" : 2.6E-5,
-                    "100.0" : 2.6E-5
-                },
-                "scoreUnit" : "B/op",
-                "rawData" : [
-                    [
-                        2.2E-5,
-                        2.4E-5,
-                        2.6E-5
-                    ]
-                ]
-            }
-        }
-    },
-    {
-        "jmhVersion" : "1.37",
-        "benchmark" : "org.example.bench.CacheBench.lookup",
-        "mode" : "sample",
-        "threads" : 1,
-        "forks" : 1,
-        "jvm" : "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
-        "jvmArgs" : [
-        ],
-        "jdkVersion" : "17.0.15",
-        "vmName" : "OpenJDK 64-Bit Server VM",
-        "vmVersion" : "17.0.15+6-Debian-1deb12u1",
-        "warmupIterations" : 1,
-        "warmupTime" : "1 s",
-        "warmupBatchSize" : 1,
-        "measurementIterations" : 2,
-        "measurementTime" : "1 s",
-        "measurementBatchSize" : 1,
-        "params" : {
-            "entries" : "65536"
-        },
-        "primaryMetric" : {
-            "score" : 0.04071259163591921,
-            "scoreError" : 0.0012617290185037457,
-            "scoreConfidence" : [
-                0.03945086261741546,
-                0.04197432065442296
-            ],
-            "scorePercentiles" : {
-                "0.0" : 0.034816,
-                "50.0" : 0.039936,
-                "90.0" : 0.041984,
-                "95.0" : 0.043008,
-                "99.0" : 0.0768,
-                "99.9" : 0.2125951999999969,
-                "99.99" : 0.9175316863999776,
-                "99.999" : 1.2779520000000001,
-                "99.9999" : 1.2779520000000001,
-                "100.0" : 1.2779520000000001
-            },
-            "scoreUnit" : "ms/op",
-            "rawDataHistogram" : [
+        params={"order": "random", "size": "100000"},
+    ),
+    jmh_result(
+        "org.example.bench.HashBench.murmur",
+        "thrpt",
+        jmh_metric(
+            41.87351904273307, 2.507814026915023, "ops/us", [[41.722188, 41.801194, 42.097174]]
+        ),
+        {"gc.alloc.rate.norm": jmh_metric(1.0e-5, 2.0e-6, "B/op", [[9.0e-6, 1.0e-5, 1.1e-5]])},
+        threads=4,
+    ),
+    jmh_result(
+        "org.example.bench.HashBench.murmur",
+        "avgt",
+        jmh_metric(
+            95.5380172212514, 5.882360927181745, "ns/op", [[95.142180, 95.634171, 95.837700]]
+        ),
+        {"gc.alloc.rate.norm": jmh_metric(2.4e-5, 4.0e-6, "B/op", [[2.2e-5, 2.4e-5, 2.6e-5]])},
+        threads=4,
+    ),
+    jmh_result(
+        "org.example.bench.CacheBench.lookup",
+        "sample",
+        jmh_metric(
+            0.04071259163591921,
+            0.0012617290185037457,
+            "ms/op",
+            [
                 [
                     [
                         [0.034816, 1803],
                         [0.039936, 11207],
                         [0.043008, 1492],
                         [0.0768, 121],
-                        [1.277952, 1]
+                        [1.277952, 1],
                     ],
-                    [
-                        [0.035840, 1688],
-                        [0.039936, 11410],
-                        [0.041984, 1377],
-                        [0.0768, 97]
-                    ]
+                    [[0.03584, 1688], [0.039936, 11410], [0.041984, 1377], [0.0768, 97]],
                 ]
-            ]
-        },
-        "secondaryMetrics" : {
-        }
-    },
-    {
-        "jmhVersion" : "1.37",
-        "benchmark" : "org.example.bench.StartupBench.loadConfiguration",
-        "mode" : "ss",
-        "threads" : 1,
-        "forks" : 1,
-        "jvm" : "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
-        "jvmArgs" : [
-        ],
-        "jdkVersion" : "17.0.15",
-        "vmName" : "OpenJDK 64-Bit Server VM",
-        "vmVersion" : "17.0.15+6-Debian-1deb12u1",
-        "warmupIterations" : 0,
-        "warmupTime" : "single-shot",
-        "warmupBatchSize" : 1,
-        "measurementIterations" : 1,
-        "measurementTime" : "single-shot",
-        "measurementBatchSize" : 1,
-        "primaryMetric" : {
-            "score" : 231.446187,
-            "scoreError" : "NaN",
-            "scoreConfidence" : [
-                "NaN",
-                "NaN"
             ],
-            "scorePercentiles" : {
-                "0.0" : 231.446187,
-                "50.0" : 231.446187,
-                "90.0" : 231.446187,
-                "95.0" : 231.446187,
-                "99.0" : 231.446187,
-                "99.9" : 231.446187,
-                "99.99" : 231.446187,
-                "99.999" : 231.446187,
-                "99.9999" : 231.446187,
-                "100.0" : 231.446187
-            },
-            "scoreUnit" : "ms/op",
-            "rawData" : [
-                [
-                    231.446187
-                ]
-            ]
-        },
-        "secondaryMetrics" : {
-        }
-    }
+        ),
+        {},
+        params={"entries": "65536"},
+    ),
+    jmh_result(
+        "org.example.bench.StartupBench.loadConfiguration",
+        "ss",
+        jmh_metric(231.446187, NAN, "ms/op", [[231.446187]]),
+        {},
+    ),
 ]
-"""
 
-# The layout of older releases (before jmhVersion and the JVM fields were written): the
-# profilers' metrics are named with a leading middle dot, and a @Group benchmark reports
-# the rate of each of its methods (here `poll`) as a secondary metric.
-JMH_OLD_REPORT = """[
-    {
-        "benchmark" : "org.example.bench.QueueBench.offerPoll",
-        "mode" : "thrpt",
-        "threads" : 2,
-        "forks" : 1,
-        "warmupIterations" : 5,
-        "warmupTime" : "1 s",
-        "warmupBatchSize" : 1,
-        "measurementIterations" : 5,
-        "measurementTime" : "1 s",
-        "measurementBatchSize" : 1,
-        "primaryMetric" : {
-            "score" : 5512.907311402012,
-            "scoreError" : 201.33160183406208,
-            "scoreConfidence" : [
-                5311.57570956795,
-                5714.238913236074
-            ],
-            "scorePercentiles" : {
-                "0.0" : 5440.126101837711,
-                "50.0" : 5509.320048818311,
-                "90.0" : 5591.212180010241,
-                "95.0" : 5591.212180010241,
-                "99.0" : 5591.212180010241,
-                "99.9" : 5591.212180010241,
-                "99.99" : 5591.212180010241,
-                "99.999" : 5591.212180010241,
-                "99.9999" : 5591.212180010241,
-                "100.0" : 5591.212180010241
-            },
-            "scoreUnit" : "ops/ms",
-            "rawData" : [
-                [
-                    5440.126101837711,
-                    5509.320048818311,
-                    5591.212180010241,
-                    5475.884106412334,
-                    5547.994119931463
-                ]
-            ]
+# Older releases wrote no JMH and JVM versions and named the profilers' metrics with a
+# leading middle dot; a @Group benchmark reports each of its methods' rates (`poll`) as
+# secondary metrics, and a perf counter (`cpi`) is a ratio of its own.
+JMH_OLD_RESULTS = [
+    jmh_result(
+        "org.example.bench.QueueBench.offerPoll",
+        "thrpt",
+        jmh_metric(
+            5512.907311402012,
+            201.33160183406208,
+            "ops/ms",
+            [[5440.13, 5509.32, 5591.21, 5475.88, 5547.99]],
+        ),
+        {
+            "\u00b7gc.alloc.rate.norm": jmh_metric(
+                16.000113,
+                0.000021,
+                "B/op",
+                [[16.000101, 16.000112, 16.000126, 16.000109, 16.000117]],
+            ),
+            "poll": jmh_metric(
+                318.2281002139114,
+                40.11762015398512,
+                "ops/ms",
+                [[301.19, 314.78, 334.88, 312.44, 327.84]],
+            ),
+            "\u00b7cpi": jmh_metric(0.412, NAN, "clks/insn", [[0.412]]),
         },
-        "secondaryMetrics" : {
-            "\u00b7gc.alloc.rate.norm" : {
-                "score" : 16.000113,
-                "scoreError" : 0.000021,
-                "scoreConfidence" : [
-                    16.000092,
-                    16.000134
-                ],
-                "scorePercentiles" : {
-                    "0.0" : 16.000101,
-                    "50.0" : 16.000112,
-                    "90.0" : 16.000126,
-                    "95.0" : 16.000126,
-                    "99.0" : 16.000126,
-                    "99.9" : 16.000126,
-                    "99.99" : 16.000126,
-                    "99.999" : 16.000126,
-                    "99.9999" : 16.000126,
-                    "100.0" : 16.000126
-                },
-                "scoreUnit" : "B/op",
-                "rawData" : [
-                    [
-                        16.000101,
-                        16.000112,
-                        16.000126,
-                        16.000109,
-                        16.000117
-                    ]
-                ]
-            },
-            "poll" : {
-                "score" : 318.2281002139114,
-                "scoreError" : 40.11762015398512,
-                "scoreConfidence" : [
-                    278.1104800599263,
-                    358.3457203679965
-                ],
-                "scorePercentiles" : {
-                    "0.0" : 301.19082214087646,
-                    "50.0" : 314.7791220120319,
-                    "90.0" : 334.8812660071123,
-                    "95.0" : 334.8812660071123,
-                    "99.0" : 334.8812660071123,
-                    "99.9" : 334.8812660071123,
-                    "99.99" : 334.8812660071123,
-                    "99.999" : 334.8812660071123,
-                    "99.9999" : 334.8812660071123,
-                    "100.0" : 334.8812660071123
-                },
-                "scoreUnit" : "ops/ms",
-                "rawData" : [
-                    [
-                        301.19082214087646,
-                        314.7791220120319,
-                        334.8812660071123,
-                        312.44128601873214,
-                        327.8410147907988
-                    ]
-                ]
-            },
-            "\u00b7cpi" : {
-                "score" : 0.412,
-                "scoreError" : "NaN",
-                "scoreConfidence" : [
-                    "NaN",
-                    "NaN"
-                ],
-                "scorePercentiles" : {
-                    "0.0" : 0.412,
-                    "50.0" : 0.412,
-                    "90.0" : 0.412,
-                    "95.0" : 0.412,
-                    "99.0" : 0.412,
-                    "99.9" : 0.412,
-                    "99.99" : 0.412,
-                    "99.999" : 0.412,
-                    "99.9999" : 0.412,
-                    "100.0" : 0.412
-                },
-                "scoreUnit" : "clks/insn",
-                "rawData" : [
-                    [
-                        0.412
-                    ]
-                ]
-            }
-        }
-    }
+        threads=2,
+        vm={},
+    )
 ]
-"""
 
 
 def jmh_reports(work: Path) -> dict[str, Path]:
     """`current`: the JMH 1.37 report; `old`: one in the layout of older releases."""
     written = {}
-    for name, text in (("current", JMH_REPORT), ("old", JMH_OLD_REPORT)):
+    for name, results in (("current", JMH_RESULTS), ("old", JMH_OLD_RESULTS)):
         written[name] = work / f"jmh-{name}.json"
-        written[name].write_text(text, encoding="utf-8")
+        # JMH's layout: four spaces, " : " between a key and its value, non-ASCII as is
+        text = json.dumps(results, indent=4, separators=(",", " : "), ensure_ascii=False)
+        written[name].write_text(text + "\n", encoding="utf-8")
     return written

@@ -156,16 +156,9 @@ def test_jmh_report_is_published_as_its_benchmarks(tmp_path: Path) -> None:
     reports = _tool_reports.jmh_reports(tmp_path)
     timestamp = "2024-05-02T03:04:05Z"
 
-    result = _publish(
-        "--dry-run",
-        "--test",
-        "nightly",
-        "--commit",
-        "c" * 40,
-        "--timestamp",
-        timestamp,
-        str(reports["current"]),
-    )
+    identity = ("--test", "nightly", "--commit", "c" * 40, "--timestamp", timestamp)
+
+    result = _publish("--dry-run", *identity, str(reports["current"]))
 
     assert result.exit_code == 0, result.output
     records = [orjson.loads(line) for line in _lines(result)]
@@ -182,18 +175,7 @@ def test_jmh_report_is_published_as_its_benchmarks(tmp_path: Path) -> None:
     assert records[2]["metrics"]["avgt"]["direction"] == LOWER
     assert records[2]["metrics"]["thrpt"]["direction"] == "higher_is_better"
     # named explicitly, the same records
-    named = _publish(
-        "--dry-run",
-        "--format",
-        "jmh",
-        "--test",
-        "nightly",
-        "--commit",
-        "c" * 40,
-        "--timestamp",
-        timestamp,
-        str(reports["current"]),
-    )
+    named = _publish("--dry-run", "--format", "jmh", *identity, str(reports["current"]))
     assert named.exit_code == 0 and named.stdout_bytes == result.stdout_bytes
 
 

@@ -5,7 +5,7 @@ combination and mode. One record per benchmark and parameter combination, in
 the order of their first result:
 
 - The test id is the fully qualified method (`benchmark`), followed by the
-  parameters as JMH lists them, `[size=1000,kind=sorted]`, as Google
+  parameters as JMH lists them (by name), `[kind=sorted,size=1000]`, as Google
   Benchmark's names carry its arguments; the parameters are also
   `param.<name>` attributes.
 - The primary metric is named after the mode (`thrpt`, `avgt`, `sample`,

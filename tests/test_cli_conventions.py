@@ -629,6 +629,13 @@ TOOL_REPORTS = {
     "pytest-benchmark": {"benchmarks": [], "machine_info": {}},
     "Google Benchmark": {"benchmarks": [], "context": {}},
     "hyperfine": {"results": [{"command": "sleep 0.1", "mean": 0.1}]},
+    "JMH": [
+        {
+            "benchmark": "org.example.Bench.run",
+            "mode": "avgt",
+            "primaryMetric": {"score": 1.5, "scoreUnit": "us/op"},
+        }
+    ],
 }
 
 

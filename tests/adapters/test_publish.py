@@ -130,13 +130,14 @@ def test_run_id_flag_must_not_name_two_runs_of_one_test(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tool_reports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """Reports written by pytest-benchmark, Google Benchmark and hyperfine."""
+    """Reports written by pytest-benchmark, Google Benchmark, hyperfine and JMH."""
     work = tmp_path_factory.mktemp("tool_reports")
     (work / "pytest-benchmark").mkdir()
     return [
         _tool_reports.pytest_benchmark_report(work / "pytest-benchmark")[0],
         _tool_reports.google_benchmark_report(work, 3),
         *_tool_reports.hyperfine_reports(work).values(),
+        *_tool_reports.jmh_reports(work).values(),
     ]
 
 
@@ -149,6 +150,52 @@ def test_republishing_the_same_report_gives_the_same_run_ids(tool_reports: list[
     assert first.stdout_bytes == second.stdout_bytes
     tests = [orjson.loads(line)["test"] for line in _lines(first)]
     assert tests[0] == "suite/test_speed.py::test_sum"  # a tool report: --test is a prefix
+
+
+def test_jmh_report_is_published_as_its_benchmarks(tmp_path: Path) -> None:
+    reports = _tool_reports.jmh_reports(tmp_path)
+    timestamp = "2024-05-02T03:04:05Z"
+
+    identity = ("--test", "nightly", "--commit", "c" * 40, "--timestamp", timestamp)
+
+    result = _publish("--dry-run", *identity, str(reports["current"]))
+
+    assert result.exit_code == 0, result.output
+    records = [orjson.loads(line) for line in _lines(result)]
+    assert [record["test"] for record in records] == [
+        "nightly/org.example.bench.SortBench.sort[order=random,size=1000]",
+        "nightly/org.example.bench.SortBench.sort[order=random,size=100000]",
+        "nightly/org.example.bench.HashBench.murmur",
+        "nightly/org.example.bench.CacheBench.lookup[entries=65536]",
+        "nightly/org.example.bench.StartupBench.loadConfiguration",
+    ]
+    assert {record["timestamp"] for record in records} == {timestamp}  # JMH writes no time
+    assert {record["commit"] for record in records} == {"c" * 40}
+    assert len({record["run_id"] for record in records}) == len(records)
+    assert records[2]["metrics"]["avgt"]["direction"] == LOWER
+    assert records[2]["metrics"]["thrpt"]["direction"] == "higher_is_better"
+    # named explicitly, the same records
+    named = _publish("--dry-run", "--format", "jmh", *identity, str(reports["current"]))
+    assert named.exit_code == 0 and named.stdout_bytes == result.stdout_bytes
+
+
+def test_bad_jmh_report_names_the_result(tmp_path: Path) -> None:
+    report = tmp_path / "jmh.json"
+    result = {"benchmark": "org.example.Bench.run", "mode": "avgt"}
+    report.write_bytes(
+        orjson.dumps([{**result, "primaryMetric": {"score": "slow", "scoreUnit": "us/op"}}])
+    )
+
+    published = _publish("--dry-run", str(report))
+
+    assert published.exit_code == 2
+    assert published.stderr.splitlines() == [
+        f"perfwatch publish: error: {report}: $[0].primaryMetric.score: expected a number "
+        '(or "NaN", "+INF", "-INF"), got "slow"',
+        "perfwatch publish: error: 1 of 1 file(s) unreadable or invalid; "
+        "nothing from them was sent",
+    ]
+    assert published.stdout_bytes == b""
 
 
 def test_commit_and_branch_from_ci_variables(tmp_path: Path) -> None:
@@ -209,7 +256,7 @@ def test_every_format_reads_back_as_dry_run_prints(
     dry = _publish("--dry-run", *paths)
     assert dry.exit_code == 0, dry.output
     expected = _lines(dry)
-    assert len(expected) == 3 + 2 + 2 + 3 + 3 + 3
+    assert len(expected) == 3 + 2 + 2 + 3 + 3 + 3 + 5 + 1
 
     topic = unique_topic()
     consumer = _subscribe(client, topic)

@@ -21,6 +21,7 @@ from perfwatch.contract.validation import validate_record
 from perfwatch.readers.detect import (
     GOOGLE_BENCHMARK,
     HYPERFINE,
+    JMH,
     OTAVA_CSV,
     PERFWATCH,
     PYTEST_BENCHMARK,
@@ -30,6 +31,7 @@ from perfwatch.readers.detect import (
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.google_benchmark import records_from_google_benchmark
 from perfwatch.readers.hyperfine import records_from_hyperfine
+from perfwatch.readers.jmh import records_from_jmh
 from perfwatch.readers.pytest_benchmark import records_from_pytest_benchmark
 
 LOWER = "lower_is_better"
@@ -287,6 +289,174 @@ def test_hyperfine_bad_value_names_the_place() -> None:
         records_from_hyperfine(report, "h.json")
 
 
+# --- JMH ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def jmh_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return _tool_reports.jmh_reports(tmp_path_factory.mktemp("jmh"))
+
+
+def _jmh(path: Path) -> tuple[list[Any], list[Any]]:
+    """The report's results and its records."""
+    report = orjson.loads(path.read_bytes())
+    return report, records_from_jmh(report, str(path))
+
+
+def test_jmh_one_record_per_benchmark_and_parameters(jmh_reports: dict[str, Path]) -> None:
+    report, records = _jmh(jmh_reports["current"])
+    assert [(r.position, r.record["test"]) for r in records] == [
+        ("$[0]", "org.example.bench.SortBench.sort[order=random,size=1000]"),
+        ("$[1]", "org.example.bench.SortBench.sort[order=random,size=100000]"),
+        ("$[2]", "org.example.bench.HashBench.murmur"),
+        ("$[4]", "org.example.bench.CacheBench.lookup[entries=65536]"),
+        ("$[5]", "org.example.bench.StartupBench.loadConfiguration"),
+    ]
+    sort, primary = records[0].record, report[0]["primaryMetric"]
+    assert sort["metrics"]["thrpt"] == {
+        "value": primary["score"],
+        "unit": "ops/s",
+        "direction": HIGHER,
+    }
+    # the error is a spread, not a measure to judge: its unit, no direction
+    assert sort["metrics"]["thrpt_error"] == {"value": primary["scoreError"], "unit": "ops/s"}
+    secondary = report[0]["secondaryMetrics"]
+    assert sort["metrics"]["gc.alloc.rate.norm"] == {
+        "value": secondary["gc.alloc.rate.norm"]["score"],
+        "unit": "B/op",
+        "direction": LOWER,
+    }
+    assert sort["metrics"]["gc.count"]["direction"] == LOWER
+    assert "gc.time" not in sort["metrics"]  # its score is "NaN"
+    assert sort["attributes"] == {
+        "threads": "1",
+        "jmh_version": "1.37",
+        "jdk_version": "17.0.15",
+        "vm_name": "OpenJDK 64-Bit Server VM",
+        "vm_version": "17.0.15+6-Debian-1deb12u1",
+        "param.order": "random",
+        "param.size": "1000",
+    }
+    latency = records[3].record["metrics"]
+    assert latency["sample"] == {
+        "value": report[4]["primaryMetric"]["score"],
+        "unit": "ms/op",
+        "direction": LOWER,
+    }
+    # one single-shot iteration: JMH writes its error as "NaN"
+    assert records[4].record["metrics"] == {
+        "ss": {"value": report[5]["primaryMetric"]["score"], "unit": "ms/op", "direction": LOWER}
+    }
+    assert all("timestamp" not in r.record for r in records)  # JMH writes no time
+    _complete_and_validate(records)
+
+
+def test_jmh_modes_of_one_benchmark_share_its_record(jmh_reports: dict[str, Path]) -> None:
+    report, records = _jmh(jmh_reports["current"])
+    (murmur,) = (r.record for r in records if r.record["test"].endswith("HashBench.murmur"))
+    throughput, average = report[2], report[3]
+    assert murmur["metrics"]["thrpt"] == {
+        "value": throughput["primaryMetric"]["score"],
+        "unit": "ops/us",
+        "direction": HIGHER,
+    }
+    assert murmur["metrics"]["avgt"] == {
+        "value": average["primaryMetric"]["score"],
+        "unit": "ns/op",
+        "direction": LOWER,
+    }
+    # each mode measured its own allocation: the mode tells them apart
+    assert (
+        murmur["metrics"]["gc.alloc.rate.norm_thrpt"]["value"]
+        == (throughput["secondaryMetrics"]["gc.alloc.rate.norm"]["score"])
+    )
+    assert (
+        murmur["metrics"]["gc.alloc.rate.norm_avgt"]["value"]
+        == (average["secondaryMetrics"]["gc.alloc.rate.norm"]["score"])
+    )
+    assert "gc.alloc.rate.norm" not in murmur["metrics"]
+
+
+def test_jmh_older_layout_and_secondary_directions(jmh_reports: dict[str, Path]) -> None:
+    report, (located,) = _jmh(jmh_reports["old"])
+    metrics = located.record["metrics"]
+    secondary = report[0]["secondaryMetrics"]
+    # the middle dot of older releases is dropped: the series goes on across releases
+    assert metrics["gc.alloc.rate.norm"] == {
+        "value": secondary["\u00b7gc.alloc.rate.norm"]["score"],
+        "unit": "B/op",
+        "direction": LOWER,
+    }
+    # beyond the garbage collector's, a secondary metric's sense is not known: no direction
+    assert metrics["poll"] == {"value": secondary["poll"]["score"], "unit": "ops/ms"}
+    assert metrics["cpi"] == {"value": secondary["\u00b7cpi"]["score"], "unit": "clks/insn"}
+    assert located.record["attributes"] == {"threads": "2"}
+    _complete_and_validate([located])
+
+
+def _jmh_result(**fields: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "benchmark": "org.example.Bench.run",
+        "mode": "avgt",
+        "threads": 1,
+        "primaryMetric": {"score": 1.5, "scoreError": 0.1, "scoreUnit": "us/op"},
+        "secondaryMetrics": {},
+    }
+    return {**result, **fields}
+
+
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        (
+            _jmh_result(primaryMetric={"score": "fast", "scoreUnit": "us/op"}),
+            r'\$\[1\]\.primaryMetric\.score: expected a number \(or "NaN", "\+INF", "-INF"\), '
+            r'got "fast"',
+        ),
+        (
+            _jmh_result(primaryMetric={"score": 1.0}),
+            r"\$\[1\]\.primaryMetric\.scoreUnit: expected a non-empty string, got None",
+        ),
+        (
+            _jmh_result(secondaryMetrics={"gc.count": {"score": None, "scoreUnit": "counts"}}),
+            r"\$\[1\]\.secondaryMetrics\['gc\.count'\]\.score: expected a number .*got null",
+        ),
+        (
+            {"benchmark": "org.example.Bench.run", "mode": "avgt"},  # given as --format jmh
+            r"\$\[1\]\.primaryMetric: expected an object, got null",
+        ),
+        (_jmh_result(params=["size"]), r"\$\[1\]\.params: expected an object, got an array"),
+        (_jmh_result(mode=7), r"\$\[1\]\.mode: expected a non-empty string, got 7"),
+        (
+            _jmh_result(mode="thrpt"),
+            r"\$\[1\]: a second thrpt result of org\.example\.Bench\.run \(the first is \$\[0\]\)",
+        ),
+    ],
+)
+def test_jmh_bad_result_names_the_place(result: dict[str, Any], message: str) -> None:
+    first = _jmh_result(mode="thrpt", primaryMetric={"score": 9.0, "scoreUnit": "ops/s"})
+    with pytest.raises(SourceError, match=rf"^j\.json: {message}"):
+        records_from_jmh([first, result], "j.json")
+
+
+def test_jmh_benchmark_without_a_score_gives_no_record() -> None:
+    unscored = _jmh_result(
+        benchmark="org.example.Bench.broken",
+        primaryMetric={"score": "NaN", "scoreError": "NaN", "scoreUnit": "us/op"},
+        secondaryMetrics={"gc.time": {"score": "+INF", "scoreUnit": "ms"}},
+    )
+    records = records_from_jmh([unscored, _jmh_result()], "j.json")
+    assert [(r.position, r.record["test"]) for r in records] == [("$[1]", "org.example.Bench.run")]
+
+
+def test_jmh_bare_nan_is_not_json(tmp_path: Path) -> None:
+    # JMH quotes NaN; a report edited to hold a bare NaN is no JSON, and is refused as such
+    path = tmp_path / "jmh.json"
+    path.write_text('[{"benchmark": "b", "mode": "avgt", "primaryMetric": {"score": NaN}}]')
+    with pytest.raises(SourceError, match=r"jmh\.json: not valid JSON: .*line 1 column"):
+        read_input_file(path)
+
+
 # --- detection ------------------------------------------------------------------------------
 
 
@@ -314,6 +484,13 @@ def test_detect_format_of_real_reports(
     assert detect_format(tmp_path / "records.jsonl") == PERFWATCH
 
 
+def test_detect_format_of_jmh_reports(jmh_reports: dict[str, Path]) -> None:
+    assert detect_format(jmh_reports["current"]) == JMH
+    assert detect_format(jmh_reports["old"]) == JMH
+    jmh_input = read_input_file(jmh_reports["current"])
+    assert jmh_input.format == JMH and jmh_input.names_benchmarks
+
+
 def test_detect_format_refuses_unknown_json(tmp_path: Path) -> None:
     path = tmp_path / "other.json"
     path.write_text('{"something": "else"}')
@@ -321,6 +498,10 @@ def test_detect_format_refuses_unknown_json(tmp_path: Path) -> None:
         detect_format(path)
     path.write_text("{not json")
     with pytest.raises(SourceError, match=r"other\.json: not valid JSON"):
+        detect_format(path)
+    # an array of results is JMH's only when every item is one
+    path.write_text('[{"benchmark": "b", "mode": "avgt", "primaryMetric": {}}, {"benchmark": "c"}]')
+    with pytest.raises(SourceError, match=r"other\.json: not a perfwatch record file.*JMH"):
         detect_format(path)
 
 

@@ -120,7 +120,7 @@ def publish(
     dry_run: bool,
 ) -> None:
     """Publish FILE... (perfwatch JSON/JSON Lines, Otava CSV, pytest-benchmark,
-    Google Benchmark or hyperfine JSON, counter samples: perfmon/typeperf CSV, or
+    Google Benchmark, hyperfine or JMH JSON, counter samples: perfmon/typeperf CSV, or
     plain counter CSV with --format counters-csv, and the input-profile files of
     perfwatch profile and its pytest plugin) to the records topic, keyed by test id.
 

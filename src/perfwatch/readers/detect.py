@@ -1,7 +1,7 @@
 """Which kind of file is this, and its (partial) records.
 
 Formats: perfwatch records (JSON or JSON Lines), Otava-style CSV, the
-JSON reports of pytest-benchmark, Google Benchmark and hyperfine, input-profile
+JSON reports of pytest-benchmark, Google Benchmark, hyperfine and JMH, input-profile
 files (one record carrying their per-input profiles), and the counter samples
 of one run (Windows perfmon/typeperf/relog CSV, or a plain counter CSV: one row
 per sample). The file name's extension decides for
@@ -27,6 +27,7 @@ from perfwatch.readers.google_benchmark import (
 )
 from perfwatch.readers.hyperfine import looks_like_hyperfine, records_from_hyperfine
 from perfwatch.readers.input_profile import looks_like_input_profile, records_from_input_profile
+from perfwatch.readers.jmh import looks_like_jmh, records_from_jmh
 from perfwatch.readers.jsonl import read_records
 from perfwatch.readers.otava_csv import read_otava_csv
 from perfwatch.readers.perfmon_header import starts_like_perfmon
@@ -42,6 +43,7 @@ OTAVA_CSV = "otava-csv"
 PYTEST_BENCHMARK = "pytest-benchmark"
 GOOGLE_BENCHMARK = "google-benchmark"
 HYPERFINE = "hyperfine"
+JMH = "jmh"
 PERFMON = "perfmon"
 COUNTERS_CSV = "counters-csv"
 INPUT_PROFILE = "input-profile"
@@ -51,6 +53,7 @@ FORMATS = (
     PYTEST_BENCHMARK,
     GOOGLE_BENCHMARK,
     HYPERFINE,
+    JMH,
     PERFMON,
     COUNTERS_CSV,
     INPUT_PROFILE,
@@ -63,6 +66,7 @@ _TOOL_REPORTS: dict[
     PYTEST_BENCHMARK: (looks_like_pytest_benchmark, records_from_pytest_benchmark),
     GOOGLE_BENCHMARK: (looks_like_google_benchmark, records_from_google_benchmark),
     HYPERFINE: (looks_like_hyperfine, records_from_hyperfine),
+    JMH: (looks_like_jmh, records_from_jmh),
 }
 
 
@@ -71,6 +75,7 @@ TOOL_NAMES = {
     PYTEST_BENCHMARK: "pytest-benchmark",
     GOOGLE_BENCHMARK: "Google Benchmark",
     HYPERFINE: "hyperfine",
+    JMH: "JMH",
 }
 
 
@@ -138,7 +143,7 @@ def _format_of_document(document: Any, source: str) -> str:
     raise SourceError(
         source,
         "not a perfwatch record file, input-profile file, Otava CSV, perfmon CSV, or a "
-        "pytest-benchmark, Google Benchmark or hyperfine JSON report; name the format with "
+        "pytest-benchmark, Google Benchmark, hyperfine or JMH JSON report; name the format with "
         f"--format ({', '.join(FORMATS)})",
     )
 

@@ -449,6 +449,36 @@ def test_jmh_benchmark_without_a_score_gives_no_record() -> None:
     assert [(r.position, r.record["test"]) for r in records] == [("$[1]", "org.example.Bench.run")]
 
 
+def test_a_report_written_by_jmh_1_37_with_the_gc_profiler() -> None:
+    # java -jar benchmarks.jar -f 1 -i 2 -bm thrpt,avgt -prof gc -rf json: a sort of 100
+    # and of 1000 ints; two iterations leave JMH no error estimate ("NaN")
+    report, source = _report("jmh_1.37_gc_profiler.json")
+    records = records_from_jmh(report, source)
+    by_test = {r.record["test"]: r.record for r in records}
+    assert list(by_test) == [
+        "org.sample.MyBenchmark.sort[size=100]",
+        "org.sample.MyBenchmark.sort[size=1000]",
+    ]
+    small = by_test["org.sample.MyBenchmark.sort[size=100]"]
+    assert small["metrics"]["thrpt"] == {
+        "value": 554579.6528883061,
+        "unit": "ops/s",
+        "direction": HIGHER,
+    }
+    assert small["metrics"]["avgt"]["unit"] == "s/op"
+    assert small["metrics"]["avgt"]["direction"] == LOWER
+    assert "thrpt_error" not in small["metrics"]  # "NaN": no measurement
+    assert small["metrics"]["gc.alloc.rate.norm_avgt"] == {
+        "value": 416.00836366476096,
+        "unit": "B/op",
+        "direction": LOWER,
+    }
+    assert small["attributes"]["param.size"] == "100"
+    assert small["attributes"]["jmh_version"] == "1.37"
+    assert detect_format(REPORTS / "jmh_1.37_gc_profiler.json") == "jmh"
+    _complete_and_validate(records)
+
+
 def test_jmh_bare_nan_is_not_json(tmp_path: Path) -> None:
     # JMH quotes NaN; a report edited to hold a bare NaN is no JSON, and is refused as such
     path = tmp_path / "jmh.json"

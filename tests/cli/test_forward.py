@@ -9,6 +9,7 @@ import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import orjson
@@ -286,6 +287,30 @@ def test_raw_payload_is_the_published_verdict(
     )
     assert result.exit_code == 0, result.output
     assert webhook.requests == [(payload, "application/json")]
+
+
+def test_since_posts_the_verdicts_published_since_then_on_a_new_subscription(
+    each_broker: BrokerHandle,
+    client: pulsar.Client,
+    unique_topic: Callable[[str], str],
+    webhook_factory: Callable,
+) -> None:
+    topic = unique_topic("verdicts")
+    webhook = webhook_factory({})
+    now = datetime.now(UTC)
+    old = verdict("recommendation", test="svc/old", emitted_at=now - timedelta(days=3))
+    recent = verdict("recommendation", test="svc/recent", emitted_at=now - timedelta(hours=1))
+    _publish(client, topic, [old, recent])
+    result = CliRunner().invoke(
+        main,
+        [
+            *("forward", "--webhook", webhook.url, "--payload", "raw", "--since", "2h"),
+            *("--pulsar-url", each_broker.service_url, "--verdicts-topic", topic),
+            *("--idle-timeout", "1"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert webhook.requests == [(dumps(recent), "application/json")]
 
 
 def test_verdict_stays_unacknowledged_when_it_cannot_be_dead_lettered(

@@ -239,8 +239,15 @@ def test_forward_retries_dead_letters_and_acknowledges(
 
     assert result.exit_code == 0, result.output
     assert f"2 delivered, 2 dead-lettered to {dead_letter_topic}, 1 filtered out" in result.stderr
-    # A line for each verdict posted or dead-lettered; the one filtered out only counted.
-    outcomes = [line for line in result.stderr.splitlines() if line.startswith("(")]
+    # A line for each verdict posted or dead-lettered, naming it by kind, id and series
+    # (a message that is no verdict by its message id); the one filtered out only counted.
+    outcomes = [line for line in result.stderr.splitlines() if "attempt(s)" in line]
+    assert [line.partition(": ")[0] for line in outcomes[:2]] == [
+        f"change_point.detected {flaky['verdict_id']} (svc/flaky p99)",
+        f"change_point.detected {down['verdict_id']} (svc/down p99)",
+    ]
+    assert outcomes[2].startswith("message (") and "not a verdict" in outcomes[2]
+    assert outcomes[3].startswith(f"change_point.detected {fine['verdict_id']} (svc/fine p99)")
     assert len(outcomes) == 4, result.stderr
     assert webhook.attempts == {"svc/flaky": 3, "svc/down": 3, "svc/fine": 1}
     assert [orjson.loads(body)["text"].split()[1] for body in webhook.accepted] == [

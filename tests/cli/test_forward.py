@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import orjson
 import pulsar
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from _verdict_samples import INCIDENT_COMMIT, IncidentStream, verdict
 from perfwatch.adapters.alert_groups import AlertGroups
@@ -285,15 +285,17 @@ def test_raw_payload_is_the_published_verdict(
     webhook = webhook_factory({})
     payload = dumps(verdict("recommendation"))
     client.create_producer(topic).send(payload)
-    result = CliRunner().invoke(
-        main,
-        [
-            *("forward", "--webhook", webhook.url, "--payload", "raw", "--from-earliest"),
-            *("--pulsar-url", each_broker.service_url, "--verdicts-topic", topic, "--limit", "1"),
-        ],
-    )
+    result = _forward_raw(each_broker, topic, webhook, "--from-earliest", "--limit", "1")
     assert result.exit_code == 0, result.output
     assert webhook.requests == [(payload, "application/json")]
+
+
+def _forward_raw(broker: BrokerHandle, topic: str, webhook: Webhook, *options: str) -> Result:
+    """`perfwatch forward --payload raw` from `topic` to `webhook`, with `options`."""
+    command = ["forward", "--webhook", webhook.url, "--payload", "raw", *options]
+    return CliRunner().invoke(
+        main, [*command, "--pulsar-url", broker.service_url, "--verdicts-topic", topic]
+    )
 
 
 def test_since_posts_the_verdicts_published_since_then_on_a_new_subscription(
@@ -302,20 +304,13 @@ def test_since_posts_the_verdicts_published_since_then_on_a_new_subscription(
     unique_topic: Callable[[str], str],
     webhook_factory: Callable,
 ) -> None:
-    topic = unique_topic("verdicts")
-    webhook = webhook_factory({})
     now = datetime.now(UTC)
     old = verdict("recommendation", test="svc/old", emitted_at=now - timedelta(days=3))
     recent = verdict("recommendation", test="svc/recent", emitted_at=now - timedelta(hours=1))
+    topic = unique_topic("verdicts")
     _publish(client, topic, [old, recent])
-    result = CliRunner().invoke(
-        main,
-        [
-            *("forward", "--webhook", webhook.url, "--payload", "raw", "--since", "2h"),
-            *("--pulsar-url", each_broker.service_url, "--verdicts-topic", topic),
-            *("--idle-timeout", "1"),
-        ],
-    )
+    webhook = webhook_factory({})
+    result = _forward_raw(each_broker, topic, webhook, "--since", "2h", "--idle-timeout", "1")
     assert result.exit_code == 0, result.output
     assert webhook.requests == [(dumps(recent), "application/json")]
 

@@ -20,7 +20,7 @@ from perfwatch.adapters.webhook import (
     check_template,
     forward_verdicts,
 )
-from perfwatch.cli.broker import connected_client
+from perfwatch.cli.broker import connected_client, sole_embedded_consumer
 from perfwatch.cli.errors import InputError
 from perfwatch.cli.flags import FiniteFloatRange
 from perfwatch.cli.signals import stop_on_signals
@@ -156,6 +156,9 @@ def forward(
     # connection attempts.
     with (
         stop_on_signals((signal.SIGTERM,)) as stop,
+        sole_embedded_consumer(
+            source.config, topic=source.topic, subscription=subscription, command="forward"
+        ),
         connected_client(source.config, topic=source.topic) as client,
     ):
         consumer = client.subscribe(

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,41 +26,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("perfwatch.processor")
 
 
-PROCESSOR_LOCK_NAME = "processor.lock"
-
-
-@contextmanager
-def sole_embedded_processor(embedded_dir: Path | None) -> Iterator[None]:
-    """Hold the embedded broker's processor lock while the processor runs.
-
-    The embedded broker serves one processor: a second consumer on the records
-    subscription is refused by it, and the client would retry forever without saying
-    why. A lock file in the broker's data folder finds the first processor at once
-    (the system releases it however that processor ends, `kill -9` included).
-    """
-    from perfwatch.brokers.embedded import default_data_dir
-
-    folder = embedded_dir if embedded_dir is not None else default_data_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / PROCESSOR_LOCK_NAME, "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "unknown"
-            raise InputError(
-                f"the embedded broker in {folder} already has a processor (perfwatch serve, "
-                f"pid {holder}) and serves one only: stop that one, or run several "
-                "processors on Apache Pulsar (--pulsar-url; `perfwatch dev pulsar` locally) "
-                "with a PostgreSQL store"
-            ) from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        yield
-
-
 def run_processor(config: Config, stop: StopRequest, embedded_dir: Path | None = None) -> None:
     """Connect broker and store as configured and process until `stop` is set.
 
@@ -73,7 +34,7 @@ def run_processor(config: Config, stop: StopRequest, embedded_dir: Path | None =
     """
     from perfwatch.adapters.pulsar import pulsar_processor
     from perfwatch.adapters.pulsar_admin import prepare_topics
-    from perfwatch.cli.broker import connected_broker
+    from perfwatch.cli.broker import connected_broker, sole_embedded_consumer
     from perfwatch.processor.observability import ProcessorMetrics
     from perfwatch.state import open_store
 
@@ -81,12 +42,17 @@ def run_processor(config: Config, stop: StopRequest, embedded_dir: Path | None =
     observability = config.observability
     if observability.metrics_port:
         check_port_free(observability.metrics_host, observability.metrics_port, "--metrics-port")
-    with ExitStack() as held:
-        if config.broker.url in (None, "embedded"):
-            held.enter_context(sole_embedded_processor(embedded_dir))
-        handle, client = held.enter_context(
-            connected_broker(config, topic=config.topics.records, embedded_dir=embedded_dir)
-        )
+    records, subscription = config.topics.records, config.consumer.subscription
+    with (
+        sole_embedded_consumer(
+            config,
+            topic=records,
+            subscription=subscription,
+            command="serve",
+            embedded_dir=embedded_dir,
+        ),
+        connected_broker(config, topic=records, embedded_dir=embedded_dir) as (handle, client),
+    ):
         if handle.admin_url:
             prepare_topics(handle.admin_url, config.topics, broker_config.auth_token)
         elif handle.kind != "embedded":  # the embedded broker deletes nothing

@@ -6,7 +6,7 @@ import functools
 import signal
 import sys
 from collections.abc import Callable, Mapping
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,7 @@ from perfwatch.adapters.verdict_feed import (
     receive_messages,
     summary_fields,
 )
-from perfwatch.cli.broker import connected_client
+from perfwatch.cli.broker import connected_client, sole_embedded_consumer
 from perfwatch.cli.flags import FiniteFloatRange, output_format_option
 from perfwatch.cli.options import broker_options, load_command_config, verdicts_topic_option
 from perfwatch.cli.signals import stop_on_signals
@@ -247,6 +247,11 @@ def watch(
     # 0; before the broker answers it ends the connection attempts.
     with (
         stop_on_signals((signal.SIGTERM,)) as stop,
+        nullcontext()
+        if subscription is None
+        else sole_embedded_consumer(
+            source.config, topic=source.topic, subscription=subscription, command="watch"
+        ),
         connected_client(source.config, topic=source.topic) as client,
     ):
         feed: pulsar.Consumer | _ReaderFeed

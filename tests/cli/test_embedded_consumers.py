@@ -8,11 +8,12 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import orjson
+import psutil
 
-from perfwatch.brokers.embedded import find_running_broker
 from perfwatch.brokers.process import end_process
 
 PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"]
@@ -52,13 +53,18 @@ def _refusal(tmp_path: Path, arguments: list[str]) -> subprocess.CompletedProces
 
 
 def _end_all(started: list[subprocess.Popen], embedded: Path) -> None:
-    """Kill what still runs, and a broker a process killed with SIGKILL left behind."""
+    """Kill what still runs, and the broker on `embedded` if a process killed with SIGKILL
+    left it behind (its pid file names it while it runs on that folder)."""
     for process in started:
         if process.poll() is None:
             process.kill()
             process.wait()
-    if find_running_broker(embedded) is not None:
-        end_process(orjson.loads((embedded / "broker.pid").read_text())["pid"], 10)
+    pid_file = embedded / "broker.pid"
+    if pid_file.exists():
+        pid = orjson.loads(pid_file.read_text())["pid"]
+        with suppress(psutil.NoSuchProcess):
+            if str(embedded) in " ".join(psutil.Process(pid).cmdline()):
+                end_process(pid, 10)
 
 
 def test_a_second_processor_on_the_embedded_broker_is_refused_until_the_first_ends(

@@ -9,12 +9,13 @@ import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import orjson
 import pulsar
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from _verdict_samples import INCIDENT_COMMIT, IncidentStream, verdict
 from perfwatch.adapters.alert_groups import AlertGroups
@@ -238,8 +239,15 @@ def test_forward_retries_dead_letters_and_acknowledges(
 
     assert result.exit_code == 0, result.output
     assert f"2 delivered, 2 dead-lettered to {dead_letter_topic}, 1 filtered out" in result.stderr
-    # A line for each verdict posted or dead-lettered; the one filtered out only counted.
-    outcomes = [line for line in result.stderr.splitlines() if line.startswith("(")]
+    # A line for each verdict posted or dead-lettered, naming it by kind, id and series
+    # (a message that is no verdict by its message id); the one filtered out only counted.
+    outcomes = [line for line in result.stderr.splitlines() if "attempt(s)" in line]
+    assert [line.partition(": ")[0] for line in outcomes[:2]] == [
+        f"change_point.detected {flaky['verdict_id']} (svc/flaky p99)",
+        f"change_point.detected {down['verdict_id']} (svc/down p99)",
+    ]
+    assert outcomes[2].startswith("message (") and "not a verdict" in outcomes[2]
+    assert outcomes[3].startswith(f"change_point.detected {fine['verdict_id']} (svc/fine p99)")
     assert len(outcomes) == 4, result.stderr
     assert webhook.attempts == {"svc/flaky": 3, "svc/down": 3, "svc/fine": 1}
     assert [orjson.loads(body)["text"].split()[1] for body in webhook.accepted] == [
@@ -277,15 +285,34 @@ def test_raw_payload_is_the_published_verdict(
     webhook = webhook_factory({})
     payload = dumps(verdict("recommendation"))
     client.create_producer(topic).send(payload)
-    result = CliRunner().invoke(
-        main,
-        [
-            *("forward", "--webhook", webhook.url, "--payload", "raw", "--from-earliest"),
-            *("--pulsar-url", each_broker.service_url, "--verdicts-topic", topic, "--limit", "1"),
-        ],
-    )
+    result = _forward_raw(each_broker, topic, webhook, "--from-earliest", "--limit", "1")
     assert result.exit_code == 0, result.output
     assert webhook.requests == [(payload, "application/json")]
+
+
+def _forward_raw(broker: BrokerHandle, topic: str, webhook: Webhook, *options: str) -> Result:
+    """`perfwatch forward --payload raw` from `topic` to `webhook`, with `options`."""
+    command = ["forward", "--webhook", webhook.url, "--payload", "raw", *options]
+    return CliRunner().invoke(
+        main, [*command, "--pulsar-url", broker.service_url, "--verdicts-topic", topic]
+    )
+
+
+def test_since_posts_the_verdicts_published_since_then_on_a_new_subscription(
+    each_broker: BrokerHandle,
+    client: pulsar.Client,
+    unique_topic: Callable[[str], str],
+    webhook_factory: Callable,
+) -> None:
+    now = datetime.now(UTC)
+    old = verdict("recommendation", test="svc/old", emitted_at=now - timedelta(days=3))
+    recent = verdict("recommendation", test="svc/recent", emitted_at=now - timedelta(hours=1))
+    topic = unique_topic("verdicts")
+    _publish(client, topic, [old, recent])
+    webhook = webhook_factory({})
+    result = _forward_raw(each_broker, topic, webhook, "--since", "2h", "--idle-timeout", "1")
+    assert result.exit_code == 0, result.output
+    assert webhook.requests == [(dumps(recent), "application/json")]
 
 
 def test_verdict_stays_unacknowledged_when_it_cannot_be_dead_lettered(

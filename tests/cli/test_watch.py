@@ -286,6 +286,23 @@ def test_replay_as_json_passes_documents_through(
     assert regressions.stdout_bytes.splitlines() == [payloads[0], payloads[2]]
 
 
+def test_since_reads_the_verdicts_already_published_since_then(
+    each_broker: BrokerHandle, client: pulsar.Client, unique_topic: Callable[[str], str]
+) -> None:
+    """`--since 2h` asks for the last two hours: watch starts at the oldest verdict kept
+    (not at the next one, which would show none of them) and drops the older ones."""
+    topic = unique_topic("verdicts")
+    now = datetime.now(UTC)
+    recent = dumps(verdict(test="svc/recent", emitted_at=now - timedelta(hours=1)))
+    old = dumps(verdict(test="svc/old", emitted_at=now - timedelta(days=3)))
+    _produce(client, topic, [old, recent])
+    command = ["watch", *_on(each_broker, topic), "--since", "2h", "--format", "json"]
+    result = CliRunner().invoke(main, [*command, "--idle-timeout", "1"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes.splitlines() == [recent]
+    assert f"watching {topic} from the verdicts emitted since " in result.stderr
+
+
 def _read_line(stream: object, timeout_s: float) -> str:
     selector = selectors.DefaultSelector()
     selector.register(stream, selectors.EVENT_READ)

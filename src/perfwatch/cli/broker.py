@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import stat
 from collections.abc import Iterator
@@ -81,3 +82,47 @@ def connected_client(config: Config, *, topic: str) -> Iterator[pulsar.Client]:
     """`connected_broker`'s client, for commands that need nothing else of the broker."""
     with connected_broker(config, topic=topic) as (_, client):
         yield client
+
+
+@contextmanager
+def sole_embedded_consumer(
+    config: Config,
+    *,
+    topic: str,
+    subscription: str,
+    command: str,
+    embedded_dir: Path | None = None,
+) -> Iterator[None]:
+    """Hold the lock of `subscription` on the embedded broker while `command` consumes.
+
+    pulsar-lite refuses a second process's consumer on a subscription ("Consumer 0
+    already exists"), which the client would retry forever without a word. A lock file
+    per topic and subscription in the broker's data folder finds the first consumer at
+    once; the system releases it however that process ends, `kill -9` included. On any
+    other broker there is nothing to hold: consumers share a subscription there.
+    """
+    if config.broker.url not in (None, "embedded"):
+        yield
+        return
+    from perfwatch.brokers.embedded import default_data_dir
+
+    folder = embedded_dir if embedded_dir is not None else default_data_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(f"{topic}\0{subscription}".encode()).hexdigest()[:16]
+    with open(folder / f"consumer-{key}.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise InputError(
+                f"the embedded broker in {folder} already has a consumer on subscription "
+                f"{subscription!r} of {topic} ({holder}) and takes one only: stop that one, "
+                "or share the subscription on Apache Pulsar (--pulsar-url; `perfwatch dev "
+                "pulsar` locally)"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"perfwatch {command}, pid {os.getpid()}\n")
+        lock.flush()
+        yield

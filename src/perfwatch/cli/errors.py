@@ -7,7 +7,8 @@ command with
 - 1: the command ran and found what it was asked to fail on (``compare``: a
   regression; ``profile``: a failing test);
 - 2: bad input or usage (unreadable or invalid files, bad options, a missing
-  optional dependency, a port already in use);
+  optional dependency, a port already in use, a second processor on the embedded
+  broker);
 - 3: a service unreachable or refusing (Pulsar broker, database, webhook);
 - 130: interrupted (Ctrl-C).
 

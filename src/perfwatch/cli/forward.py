@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import click
+import orjson
 
 from perfwatch.adapters.alert_groups import AlertGroups
-from perfwatch.adapters.verdict_feed import receive_polls
+from perfwatch.adapters.verdict_feed import receive_polls, summary_fields
 from perfwatch.adapters.webhook import (
     DEFAULT_TEMPLATE,
     TEMPLATE_FIELDS,
@@ -19,7 +20,7 @@ from perfwatch.adapters.webhook import (
     check_template,
     forward_verdicts,
 )
-from perfwatch.cli.broker import connected_client
+from perfwatch.cli.broker import connected_client, sole_embedded_consumer
 from perfwatch.cli.errors import InputError
 from perfwatch.cli.flags import FiniteFloatRange
 from perfwatch.cli.signals import stop_on_signals
@@ -147,7 +148,7 @@ def forward(
     import pulsar
 
     def report(message: pulsar.Message, outcome: str) -> None:
-        click.echo(f"{message.message_id()}: {outcome}", err=True)
+        click.echo(f"{_verdict_name(message)}: {outcome}", err=True)
 
     # SIGTERM (a service manager stopping it) ends the input as --limit does: the verdict
     # in hand is finished (a retry's back-off is cut short, leaving it unacknowledged),
@@ -155,6 +156,9 @@ def forward(
     # connection attempts.
     with (
         stop_on_signals((signal.SIGTERM,)) as stop,
+        sole_embedded_consumer(
+            source.config, topic=source.topic, subscription=subscription, command="forward"
+        ),
         connected_client(source.config, topic=source.topic) as client,
     ):
         consumer = client.subscribe(
@@ -205,6 +209,21 @@ def forward(
                 "unacknowledged, delivered again when forwarding resumes"
             )
         click.echo(summary, err=True)
+
+
+def _verdict_name(message: pulsar.Message) -> str:
+    """What an outcome line calls a message: the verdict's kind, id and series, which
+    `watch --format json` and the dead-letter topic show too; a message that is no verdict
+    by the broker's message id (the ORIGIN_MESSAGE_ID of its dead letter)."""
+    try:
+        verdict = orjson.loads(message.data())
+    except orjson.JSONDecodeError:
+        verdict = None
+    if not isinstance(verdict, dict) or not verdict.get("verdict_id"):
+        return f"message {message.message_id()}"
+    fields = summary_fields(verdict)
+    series = " ".join(part for part in (fields["test"], fields["metric"]) if part)
+    return f"{fields['kind']} {fields['verdict_id']} ({series})"
 
 
 def _is_http_url(url: str) -> bool:

@@ -34,7 +34,7 @@ def run_processor(config: Config, stop: StopRequest, embedded_dir: Path | None =
     """
     from perfwatch.adapters.pulsar import pulsar_processor
     from perfwatch.adapters.pulsar_admin import prepare_topics
-    from perfwatch.cli.broker import connected_broker
+    from perfwatch.cli.broker import connected_broker, sole_embedded_consumer
     from perfwatch.processor.observability import ProcessorMetrics
     from perfwatch.state import open_store
 
@@ -42,9 +42,16 @@ def run_processor(config: Config, stop: StopRequest, embedded_dir: Path | None =
     observability = config.observability
     if observability.metrics_port:
         check_port_free(observability.metrics_host, observability.metrics_port, "--metrics-port")
-    with connected_broker(config, topic=config.topics.records, embedded_dir=embedded_dir) as (
-        handle,
-        client,
+    records, subscription = config.topics.records, config.consumer.subscription
+    with (
+        sole_embedded_consumer(
+            config,
+            topic=records,
+            subscription=subscription,
+            command="serve",
+            embedded_dir=embedded_dir,
+        ),
+        connected_broker(config, topic=records, embedded_dir=embedded_dir) as (handle, client),
     ):
         if handle.admin_url:
             prepare_topics(handle.admin_url, config.topics, broker_config.auth_token)

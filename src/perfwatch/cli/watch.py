@@ -6,7 +6,7 @@ import functools
 import signal
 import sys
 from collections.abc import Callable, Mapping
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -22,11 +22,12 @@ from perfwatch.adapters.verdict_feed import (
     receive_messages,
     summary_fields,
 )
-from perfwatch.cli.broker import connected_client
+from perfwatch.cli.broker import connected_client, sole_embedded_consumer
 from perfwatch.cli.flags import FiniteFloatRange, output_format_option
 from perfwatch.cli.options import broker_options, load_command_config, verdicts_topic_option
 from perfwatch.cli.signals import stop_on_signals
 from perfwatch.config import Config
+from perfwatch.contract.timestamps import format_rfc3339
 
 if TYPE_CHECKING:
     import pulsar
@@ -71,12 +72,24 @@ class VerdictSource:
         return self.config.topics.verdicts
 
     @property
+    def reads_kept_verdicts(self) -> bool:
+        """Whether reading starts at the oldest verdict the broker kept: --from-earliest,
+        or --since, which asks for verdicts already published (the filter drops older ones)."""
+        return self.from_earliest or self.verdict_filter.since is not None
+
+    @property
     def initial_position(self) -> pulsar.InitialPosition:
         import pulsar
 
-        if self.from_earliest:
+        if self.reads_kept_verdicts:
             return pulsar.InitialPosition.Earliest
         return pulsar.InitialPosition.Latest
+
+    def describe_start(self) -> str:
+        """Where reading starts, for the line a command writes once connected."""
+        if self.verdict_filter.since is not None:
+            return f"the verdicts emitted since {format_rfc3339(self.verdict_filter.since)}"
+        return "the oldest verdict" if self.from_earliest else "the next verdict"
 
 
 def verdict_source_options(
@@ -139,7 +152,9 @@ def _with_source_options(command: Callable[..., Any], *, alerts_only: bool) -> C
             "updates beyond the p-value (docs/verdicts.md); or every event.",
         ),
         click.option(
-            "--since", help="Only verdicts emitted since: 2024-05-01T02:00:00Z, 2024-05-01 or 2h."
+            "--since",
+            help="Only verdicts emitted since: 2024-05-01T02:00:00Z, 2024-05-01 or 2h; those "
+            "already published too (reading starts at the oldest verdict kept).",
         ),
         click.option("--from-earliest", is_flag=True, help="Start at the oldest verdict kept."),
         click.option("--limit", type=click.IntRange(min=1), help="Stop after N verdicts."),
@@ -220,7 +235,8 @@ def watch(
 ) -> None:
     """Print verdicts as they are published: test, metric, change, p-value, commit, direction.
 
-    Starts at the latest verdict (--from-earliest replays what the broker kept).
+    Starts at the latest verdict (--from-earliest replays what the broker kept,
+    --since what it kept from that time on).
     It reads with a Pulsar reader, which leaves nothing on the broker, unless
     --subscription names a durable subscription to resume from.
     """
@@ -231,12 +247,17 @@ def watch(
     # 0; before the broker answers it ends the connection attempts.
     with (
         stop_on_signals((signal.SIGTERM,)) as stop,
+        nullcontext()
+        if subscription is None
+        else sole_embedded_consumer(
+            source.config, topic=source.topic, subscription=subscription, command="watch"
+        ),
         connected_client(source.config, topic=source.topic) as client,
     ):
         feed: pulsar.Consumer | _ReaderFeed
         if subscription is None:
             start_at = (
-                pulsar.MessageId.earliest if source.from_earliest else pulsar.MessageId.latest
+                pulsar.MessageId.earliest if source.reads_kept_verdicts else pulsar.MessageId.latest
             )
             feed = _ReaderFeed(client.create_reader(source.topic, start_at))
         else:
@@ -246,8 +267,7 @@ def watch(
                 consumer_type=pulsar.ConsumerType.Shared,
                 initial_position=source.initial_position,
             )
-        start = "oldest" if source.from_earliest else "next"
-        click.echo(f"watching {source.topic} from the {start} verdict", err=True)
+        click.echo(f"watching {source.topic} from {source.describe_start()}", err=True)
         shown = 0
         seen = SeenVerdicts()
         try:

@@ -1115,3 +1115,19 @@ def test_empty_sample_charts_say_why(judged_sample: dict, tmp_path: Path) -> Non
         view = queries.inputs_view(empty, test=SAMPLE_TEST)
         message = figures.shift_figure(view["shifts"], colours)["layout"]["meta"]["empty"]
     assert message.startswith(f"Nothing judged: no baseline for test {SAMPLE_TEST!r}")
+
+
+def test_a_store_file_that_was_not_there_is_made_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from perfwatch.cli.dashboard import check_store
+
+    url = f"sqlite:///{tmp_path}/typo/state.db"
+    with caplog.at_level("WARNING", logger="perfwatch.dashboard"):
+        check_store(url)
+    [warning] = caplog.records
+    assert warning.getMessage().startswith(f"no state store was at {tmp_path}/typo/state.db:")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="perfwatch.dashboard"):
+        check_store(url)  # there now: nothing to say
+    assert caplog.records == []

@@ -89,7 +89,6 @@ def dashboard(
         from perfwatch.dashboard.app import DashboardSettings, create_app
         from perfwatch.dashboard.live import TopicSettings
         from perfwatch.processor.observability import configure_logging
-        from perfwatch.state import StoreError, StoreUnavailable, open_store
 
         level = config.observability.log_level
         # The web server's lines in the same format (JSON logs are one object per line).
@@ -112,12 +111,7 @@ def dashboard(
                 subscription=subscription,
                 broker=broker,
             )
-        try:  # the application opens the store again at start-up; fail here, clearly
-            open_store(config.store.url).close()
-        except StoreUnavailable as error:
-            raise ServiceUnavailable(f"state store unavailable: {error}") from None
-        except StoreError as error:
-            raise InputError(str(error)) from None
+        check_store(config.store.url)
         settings = DashboardSettings(
             store_url=config.store.url, topic=topic, poll_interval_s=poll_interval, config=config
         )
@@ -142,6 +136,30 @@ def dashboard(
             },
         )
         server.run(sockets=[listening])
+
+
+def check_store(url: str) -> None:
+    """Open the store once, to fail clearly before serving (the application opens it again
+    at start-up). A SQLite file that was not there is made, empty: a warning says so,
+    since a mistyped path would otherwise look like a system with no history."""
+    from perfwatch.state import StoreError, StoreUnavailable, open_store
+    from perfwatch.state.sqlite import sqlite_path
+
+    new_file = url.startswith("sqlite:///") and not sqlite_path(url).exists()
+    try:
+        open_store(url).close()
+    except StoreUnavailable as error:
+        raise ServiceUnavailable(f"state store unavailable: {error}") from None
+    except StoreError as error:
+        raise InputError(str(error)) from None
+    if new_file:
+        logging.getLogger("perfwatch.dashboard").warning(
+            "no state store was at %s: a new, empty one shows nothing until a processor "
+            "writes to it (perfwatch serve --store %s); check the path if a history was "
+            "expected",
+            sqlite_path(url),
+            url,
+        )
 
 
 def _embedded_locator(embedded_dir: Path | None) -> Any:

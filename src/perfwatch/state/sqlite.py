@@ -13,6 +13,11 @@ from perfwatch.state.base import StoreError
 SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
 
 
+def sqlite_path(url: str) -> Path:
+    """The file of a `sqlite:///PATH` URL, its options left out."""
+    return Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+
+
 class SqliteStore(SqlStore):
     """`sqlite:///relative/path.db` or `sqlite:////absolute/path.db`.
 
@@ -36,7 +41,7 @@ class SqliteStore(SqlStore):
         parts = urlsplit(self.url)
         if parts.scheme != "sqlite" or not self.url.startswith("sqlite:///"):
             raise StoreError(f"{self.url}: expected sqlite:///PATH")
-        path = Path(self.url.removeprefix("sqlite:///").split("?", 1)[0])
+        path = sqlite_path(self.url)
         options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
         synchronous = options.pop("synchronous", "normal").lower()
         if synchronous not in SYNCHRONOUS_MODES:

@@ -464,3 +464,35 @@ def test_a_killed_watch_leaves_nothing_and_a_named_subscription_is_kept(
     assert pulsar_broker.admin_url is not None
     path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/subscription/mine"
     assert admin_request(pulsar_broker.admin_url, "DELETE", path)[0] in (200, 204)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "warned"),
+    [
+        (["watch", "--alerts-only", "--kind", "change_point.confirmed"], True),
+        (["forward", "--webhook", "http://127.0.0.1:9/", "--kind", "change_point"], True),
+        (
+            [
+                "forward",
+                "--webhook",
+                "http://127.0.0.1:9/",
+                "--kind",
+                "change_point",
+                "--kind",
+                "incident",
+            ],
+            False,
+        ),
+        (["watch", "--kind", "change_point.confirmed"], False),  # every event: none is left out
+    ],
+)
+def test_a_kind_filter_that_leaves_out_the_incidents_alerts_says_so(
+    arguments: list[str], warned: bool
+) -> None:
+    unreachable = ["--pulsar-url", "pulsar://127.0.0.1:1", "--connect-timeout", "0.1"]
+    result = CliRunner().invoke(main, [*arguments, *unreachable])
+    assert result.exit_code == 3, result.stderr
+    assert (
+        "warning: a confirmed finding of a series with commits alerts through its "
+        "incident" in result.stderr
+    ) is warned

@@ -184,6 +184,14 @@ def _build_filter(
                 f"({', '.join(sorted(families))})",
                 param_hint="--kind",
             )
+    chosen_families = {kind.partition(".")[0] for kind in kinds}
+    if alerts_only and "change_point" in chosen_families and "incident" not in chosen_families:
+        click.echo(
+            "warning: a confirmed finding of a series with commits alerts through its "
+            "incident (incident.opened, incident.updated), which --kind leaves out: add "
+            "--kind incident, or --all-events for the change points' own verdicts",
+            err=True,
+        )
     try:
         since_time = None if since is None else parse_since(since, datetime.now(UTC))
     except ValueError as error:

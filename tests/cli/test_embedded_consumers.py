@@ -1,5 +1,6 @@
-"""One consumer a subscription on the embedded broker: a second `serve`, `forward` or
-`watch --subscription` is told so at once, and a first one killed leaves nothing behind."""
+"""One consumer a subscription on the embedded broker: a second `serve`, `forward`,
+`watch --subscription` or `dashboard --subscription` is told so at once, and a first
+one killed leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import psutil
+import pytest
 
 from perfwatch.brokers.process import end_process
 
@@ -126,3 +128,38 @@ def test_a_second_forwarder_or_watch_on_one_subscription_is_refused(tmp_path: Pa
         assert first.wait(timeout=120) == 0, first_log.read_text()
     finally:
         _end_all([first], embedded)
+
+
+def test_a_second_dashboard_on_one_subscription_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn")
+    embedded = tmp_path / "embedded"
+
+    def dashboard(name: str, subscription: str) -> list[str]:
+        store = f"sqlite:///{tmp_path / name}.db"
+        return [
+            *("dashboard", "--port", "0", "--log-level", "info", "--store", store),
+            *("--embedded-dir", str(embedded), "--subscription", subscription),
+        ]
+
+    first, first_log = _started(tmp_path, "first", dashboard("first", "screens"))
+    started = [first]
+    try:
+        _wait_for(first, first_log, "Application startup complete")
+        second = _refusal(tmp_path, dashboard("second", "screens"))
+        assert second.returncode == 2, second.stderr
+        assert (
+            REFUSAL.format(command="dashboard", folder=embedded)
+            + (
+                "on subscription 'screens' of persistent://public/default/perfwatch-verdicts "
+                f"(perfwatch dashboard, pid {first.pid})"
+            )
+            in second.stderr
+        ), second.stderr
+        other, other_log = _started(tmp_path, "other", dashboard("other", "wall"))
+        started.append(other)
+        _wait_for(other, other_log, "Application startup complete")
+        for process in (first, other):
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=120) == 0
+    finally:
+        _end_all(started, embedded)

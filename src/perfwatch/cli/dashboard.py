@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import signal
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import click
 
 from perfwatch._optional import require
+from perfwatch.cli.broker import sole_embedded_consumer
 from perfwatch.cli.errors import InputError, ServiceUnavailable, bound_socket
 from perfwatch.cli.flags import FiniteFloatRange
 from perfwatch.cli.options import (
@@ -135,7 +137,18 @@ def dashboard(
                 "store": config.store.url.split("@")[-1],
             },
         )
-        server.run(sockets=[listening])
+        with (
+            nullcontext()
+            if topic is None or subscription is None
+            else sole_embedded_consumer(
+                config,
+                topic=topic.topic,
+                subscription=subscription,
+                command="dashboard",
+                embedded_dir=embedded_dir,
+            )
+        ):
+            server.run(sockets=[listening])
 
 
 def check_store(url: str) -> None:

@@ -464,9 +464,12 @@ def test_connect_timeout_comes_from_the_config_file(record_file: Path) -> None:
 @pytest.mark.parametrize(
     "command", [["dashboard", "--port", "0", "--no-follow-topic"], ["serve", "--name", "unreached"]]
 )
-def test_unreachable_postgresql_store_is_exit_status_3_and_one_line(command: list[str]) -> None:
+def test_unreachable_postgresql_store_is_exit_status_3_and_one_line(
+    command: list[str], tmp_path: Path
+) -> None:
     store = "postgresql://perfwatch@127.0.0.1:1/perfwatch"
-    result = _invoke(*command, "--store", store)
+    # a folder of its own: a `perfwatch serve` of the user's holds the default one's lock
+    result = _invoke(*command, "--store", store, "--embedded-dir", str(tmp_path))
     assert result.exit_code == 3, result.output
     line = _error_line(result.stderr, command[0])
     assert "state store unavailable" in line and "127.0.0.1" in line

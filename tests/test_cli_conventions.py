@@ -27,6 +27,7 @@ from perfwatch.cli.main import main
 from perfwatch.config import LOG_LEVELS
 from perfwatch.contract.models import InputProfile
 from perfwatch.readers.input_profile import InputProfileFile, write_input_profile
+from perfwatch.state import open_store
 
 PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"]
 CLOSED_PORT_URL = "pulsar://127.0.0.1:1"  # nothing listens on port 1 of loopback
@@ -381,10 +382,13 @@ def _dashboard_run(
 ) -> tuple[str, int]:
     """Run `perfwatch dashboard --port 0` against the closed broker port and Ctrl-C it once
     its stderr lines satisfy `until` (or it ended): its stderr, and the status of a health
-    request to the URL it logged, sent just before."""
+    request to the URL it logged, sent just before. The store exists already, as a
+    processor's would: a new one's warning is not what these tests are about."""
+    store_url = f"sqlite:///{tmp_path / 'state.db'}"
+    open_store(store_url).close()
     process = subprocess.Popen(
         [*PERFWATCH, "dashboard", "--port", "0", "--pulsar-url", CLOSED_PORT_URL,
-         "--connect-timeout", "1", "--store", f"sqlite:///{tmp_path / 'state.db'}", *args],
+         "--connect-timeout", "1", "--store", store_url, *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     lines: list[str] = []

@@ -179,6 +179,24 @@ def test_jmh_report_is_published_as_its_benchmarks(tmp_path: Path) -> None:
     assert named.exit_code == 0 and named.stdout_bytes == result.stdout_bytes
 
 
+def test_a_date_as_timestamp_is_midnight_utc_and_a_time_needs_its_offset(
+    tmp_path: Path,
+) -> None:
+    report = _tool_reports.jmh_reports(tmp_path)["current"]  # JMH writes no time
+
+    dated = _publish("--dry-run", "--timestamp", "2026-12-01", str(report))
+    unzoned = _publish("--dry-run", "--timestamp", "2026-12-01T02:00:00", str(report))
+
+    assert dated.exit_code == 0, dated.output
+    assert {orjson.loads(line)["timestamp"] for line in _lines(dated)} == {"2026-12-01T00:00:00Z"}
+    assert unzoned.exit_code == 2
+    assert unzoned.stderr.splitlines()[-1] == (
+        "perfwatch publish: error: Invalid value for '--timestamp': '2026-12-01T02:00:00' is "
+        "neither an RFC 3339 time with its offset (2024-05-01T02:00:00Z, "
+        "2024-05-01T04:00:00+02:00) nor a date (2024-05-01, midnight UTC)"
+    )
+
+
 def test_bad_jmh_report_names_the_result(tmp_path: Path) -> None:
     report = tmp_path / "jmh.json"
     result = {"benchmark": "org.example.Bench.run", "mode": "avgt"}

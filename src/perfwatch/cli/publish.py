@@ -19,10 +19,11 @@ from perfwatch.adapters.identity import (
     record_label,
 )
 from perfwatch.cli.errors import InputError, ServiceUnavailable, report
+from perfwatch.cli.flags import RecordTime, branch_option, identity_option
 from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
 from perfwatch.config import Config
 from perfwatch.contract.codec import dumps
-from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
+from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.validation import validate_record
 from perfwatch.readers.detect import FORMATS, InputFile, read_input_file
 from perfwatch.readers.errors import SourceError
@@ -89,13 +90,20 @@ def _modification_time(path: str) -> str:
     show_default="detected per file",
     help="Format of every FILE.",
 )
-@click.option("--test", help="Test id; for benchmark-tool reports, a prefix: TEST/benchmark-name.")
-@click.option(
-    "--run-id", help="Run id of every record; default: the record's own, else a content hash."
+@identity_option(
+    "--test", help="Test id; for benchmark-tool reports, a prefix: TEST/benchmark-name."
 )
-@click.option("--commit", help="Commit; default: the record's, else from CI variables or git.")
-@click.option("--branch", help="Branch; default: the record's, else from CI variables or git.")
-@click.option("--timestamp", help="RFC 3339 time; default: the record's, else the file's mtime.")
+@identity_option(
+    "--run-id", help="Run id of every record [default: the record's own, else a content hash]."
+)
+@identity_option("--commit", help="Commit [default: the record's, else from CI variables or git].")
+@branch_option
+@click.option(
+    "--timestamp",
+    type=RecordTime(),
+    help="Time: RFC 3339 with its offset, or a date (midnight UTC) [default: the record's, "
+    "else the file's modification time].",
+)
 @click.option(
     "--attr", "attrs", multiple=True, metavar="NAME=VALUE", help="Attribute (repeatable)."
 )
@@ -130,11 +138,6 @@ def publish(
     unreachable or a record not acknowledged).
     """
     config = load_command_config(config_path)
-    if timestamp is not None:
-        try:
-            parse_rfc3339(timestamp)
-        except ValueError as error:
-            raise click.BadParameter(str(error), param_hint="--timestamp") from None
     explicit = Identity(
         test=test,
         run_id=run_id,

@@ -68,6 +68,28 @@ def test_ci_identity(env: dict[str, str], expected: Identity) -> None:
     assert ci_identity(env) == expected
 
 
+MERGE_SHA = "feedfacefeedfacefeedfacefeedfacefeedface"  # GitHub's merge of the pull request
+
+
+@pytest.mark.parametrize("event", ["pull_request", "pull_request_target"])
+def test_github_pull_request_commit_is_its_head_not_the_merge(event: str, tmp_path: Path) -> None:
+    payload = tmp_path / "event.json"
+    payload.write_text(f'{{"number": 42, "pull_request": {{"head": {{"sha": "{SHA}"}}}}}}')
+    env = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_EVENT_NAME": event,
+        "GITHUB_EVENT_PATH": str(payload),
+        "GITHUB_SHA": MERGE_SHA,
+        "GITHUB_REF_NAME": "42/merge",
+        "GITHUB_HEAD_REF": "feature",
+    }
+    assert ci_identity(env) == Identity(commit=SHA, branch="feature")
+    # a push builds its own commit; a payload that cannot be read leaves GITHUB_SHA
+    assert ci_identity({**env, "GITHUB_EVENT_NAME": "push"}).commit == MERGE_SHA
+    missing = {**env, "GITHUB_EVENT_PATH": str(tmp_path / "missing.json")}
+    assert ci_identity(missing).commit == MERGE_SHA
+
+
 def _git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-c", "user.email=ci@example.org", "-c", "user.name=CI", *args],

@@ -63,12 +63,30 @@ def _usable_commit(value: str | None) -> str | None:
     return None if value is None or value == "HEAD" else value
 
 
+# GitHub Actions events whose GITHUB_SHA is not the pull request's own commit: the merge
+# of the pull request into its base (pull_request), or the base's last one (_target).
+_PULL_REQUEST_EVENTS = ("pull_request", "pull_request_target")
+
+
+def _pull_request_head(env: Mapping[str, str]) -> str | None:
+    """The head commit of the pull request a GitHub Actions run is for, from the event's
+    payload (the file GITHUB_EVENT_PATH names); None for other events or no payload."""
+    if env.get("GITHUB_EVENT_NAME") not in _PULL_REQUEST_EVENTS:
+        return None
+    try:
+        event = orjson.loads(Path(env.get("GITHUB_EVENT_PATH", "")).read_bytes())
+        head = event["pull_request"]["head"]["sha"]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    return head if isinstance(head, str) and head.strip() else None
+
+
 def ci_identity(env: Mapping[str, str]) -> Identity:
     """Commit and branch from the variables of the CI system the process runs in."""
     if env.get("GITHUB_ACTIONS") == "true":
         # GITHUB_HEAD_REF is the source branch of a pull request; REF_NAME is "123/merge" then.
         branch = _first(env, "GITHUB_HEAD_REF", "GITHUB_REF_NAME")
-        return Identity(commit=_first(env, "GITHUB_SHA"), branch=branch)
+        return Identity(commit=_pull_request_head(env) or _first(env, "GITHUB_SHA"), branch=branch)
     if env.get("GITLAB_CI") == "true":
         branch = _first(env, "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME", "CI_COMMIT_REF_NAME")
         return Identity(commit=_first(env, "CI_COMMIT_SHA"), branch=branch)

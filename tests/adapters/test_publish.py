@@ -120,6 +120,45 @@ def test_csv_rows_and_identity_flags(tmp_path: Path) -> None:
     assert first["run_id"] != second["run_id"]
 
 
+def test_dash_reads_the_records_from_standard_input(
+    tool_reports: list[Path], tmp_path: Path
+) -> None:
+    lines = _write_jsonl(tmp_path / "runs.jsonl", [_record("a", 1), _record("a", 2)])
+    csv = "time,score\n2024-01-01T00:00:00Z,1\n"
+
+    def piped(data: bytes, *args: str) -> Result:
+        return CliRunner().invoke(
+            main, ["publish", "--no-auto-identity", "--dry-run", *args], input=data
+        )
+
+    from_lines = piped(lines.read_bytes(), "-")
+    from_report = piped(tool_reports[0].read_bytes(), "-")
+    from_csv = piped(csv.encode(), "--format", "otava-csv", "--test", "search", "-")
+    bad = piped(orjson.dumps({**_record("b", 1), "metrics": {"latency": "slow"}}), "-")
+    csv_unnamed = piped(csv.encode(), "-")
+    twice = piped(lines.read_bytes(), "-", "-")
+
+    assert from_lines.exit_code == 0, from_lines.output
+    assert from_lines.stdout_bytes == _publish("--dry-run", str(lines)).stdout_bytes
+    assert from_report.exit_code == 0, from_report.output
+    assert from_report.stdout_bytes == _publish("--dry-run", str(tool_reports[0])).stdout_bytes
+    assert from_csv.exit_code == 0, from_csv.output
+    assert orjson.loads(from_csv.stdout_bytes)["test"] == "search"
+    assert bad.exit_code == 2
+    assert bad.stderr.startswith(
+        "perfwatch publish: error: -:1:1: $.metrics.latency: expected number or object"
+    )
+    assert csv_unnamed.exit_code == 2
+    assert csv_unnamed.stderr.splitlines()[0].endswith(
+        "; standard input is read as JSON or JSON Lines unless --format names another format"
+    )
+    assert twice.exit_code == 2
+    assert twice.stderr.splitlines()[-1] == (
+        "perfwatch publish: error: Invalid value for FILES: '-' (standard input) can be read "
+        "once only"
+    )
+
+
 def test_run_id_flag_must_not_name_two_runs_of_one_test(tmp_path: Path) -> None:
     csv = tmp_path / "search.csv"
     csv.write_text("time,score\n2024-01-01T00:00:00Z,1\n2024-01-02T00:00:00Z,2\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+import orjson
 
 from perfwatch.adapters.identity import (
     Identity,
@@ -25,7 +27,14 @@ from perfwatch.config import Config
 from perfwatch.contract.codec import dumps
 from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.validation import validate_record
-from perfwatch.readers.detect import FORMATS, InputFile, read_input_file
+from perfwatch.readers.detect import (
+    COUNTERS_CSV,
+    FORMATS,
+    OTAVA_CSV,
+    PERFMON,
+    InputFile,
+    read_input_file,
+)
 from perfwatch.readers.errors import SourceError
 
 if TYPE_CHECKING:
@@ -74,8 +83,45 @@ def prepare_file(
     return prepared, problems
 
 
-def _modification_time(path: str) -> str:
+def _modification_time(path: str | Path) -> str:
     return format_rfc3339(datetime.fromtimestamp(Path(path).stat().st_mtime, UTC))
+
+
+# The FILE that names standard input, as for most command-line tools.
+STANDARD_INPUT = "-"
+_COUNTER_AND_CSV_FORMATS = (OTAVA_CSV, PERFMON, COUNTERS_CSV)
+
+
+def _read_standard_input(file_format: str | None) -> tuple[InputFile, str]:
+    """The records piped in, named ``-``, and the time they were read (for records with
+    none). The readers read files: the data goes through one named ``stdin`` with the
+    suffix its format is known by (a CSV test is then named ``stdin`` unless --test says)."""
+    data = sys.stdin.buffer.read()
+    if file_format in _COUNTER_AND_CSV_FORMATS:
+        suffix = ".csv"
+    else:  # one JSON document (any report or records), else JSON Lines of records
+        try:
+            orjson.loads(data)
+            suffix = ".json"
+        except orjson.JSONDecodeError:
+            suffix = ".jsonl"
+    with tempfile.TemporaryDirectory() as directory:
+        copy = Path(directory) / f"stdin{suffix}"
+        copy.write_bytes(data)
+        try:
+            input_file = read_input_file(copy, file_format)
+        except SourceError as error:
+            message = error.message
+            if file_format is None and data.lstrip()[:1] not in (b"{", b"["):
+                message += (
+                    "; standard input is read as JSON or JSON Lines unless --format "
+                    "names another format"
+                )
+            raise SourceError(
+                STANDARD_INPUT, message, line=error.line, column=error.column
+            ) from None
+        read_at = _modification_time(copy)
+    return replace(input_file, path=STANDARD_INPUT), read_at
 
 
 @click.command("publish")
@@ -131,6 +177,8 @@ def publish(
     Google Benchmark, hyperfine or JMH JSON, counter samples: perfmon/typeperf CSV, or
     plain counter CSV with --format counters-csv, and the input-profile files of
     perfwatch profile and its pytest plugin) to the records topic, keyed by test id.
+    FILE - reads standard input: a JSON document or JSON Lines of records, a CSV with
+    --format.
 
     Every record is validated first; a file with an invalid record is reported
     (file, position, JSON path) and nothing from it is sent. Exits 0 only when
@@ -148,16 +196,24 @@ def publish(
     )
     defaults = environment_identity(os.environ, Path.cwd()) if auto_identity else Identity()
 
+    if files.count(STANDARD_INPUT) > 1:
+        raise click.BadParameter(
+            f"{STANDARD_INPUT!r} (standard input) can be read once only", param_hint="FILES"
+        )
     ready: list[tuple[dict[str, Any], str]] = []
     rejected_files = 0
     for path in files:
         try:
-            input_file = read_input_file(path, file_format)
+            if path == STANDARD_INPUT:
+                input_file, fallback_timestamp = _read_standard_input(file_format)
+            else:
+                input_file = read_input_file(path, file_format)
+                fallback_timestamp = _modification_time(path)
             prepared, problems = prepare_file(
                 input_file,
                 explicit=explicit,
                 defaults=defaults,
-                fallback_timestamp=_modification_time(path),
+                fallback_timestamp=fallback_timestamp,
             )
         except SourceError as error:
             prepared, problems = [], [str(error)]

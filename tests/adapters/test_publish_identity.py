@@ -49,6 +49,25 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
             },
             Identity(commit=SHA, branch="fix"),
         ),
+        (  # a merged results pipeline builds a merge: the merge request's head is the commit
+            {
+                "GITLAB_CI": "true",
+                "CI_COMMIT_SHA": "feedface" * 5,
+                "CI_COMMIT_REF_NAME": "refs/merge-requests/7/merge",
+                "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME": "fix",
+                "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA": SHA,
+            },
+            Identity(commit=SHA, branch="fix"),
+        ),
+        (  # other merge request pipelines leave it empty
+            {
+                "GITLAB_CI": "true",
+                "CI_COMMIT_SHA": SHA,
+                "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME": "fix",
+                "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA": "",
+            },
+            Identity(commit=SHA, branch="fix"),
+        ),
         (
             {"JENKINS_URL": "http://ci/", "GIT_COMMIT": SHA, "GIT_BRANCH": "origin/release"},
             Identity(commit=SHA, branch="release"),

@@ -89,7 +89,11 @@ def ci_identity(env: Mapping[str, str]) -> Identity:
         return Identity(commit=_pull_request_head(env) or _first(env, "GITHUB_SHA"), branch=branch)
     if env.get("GITLAB_CI") == "true":
         branch = _first(env, "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME", "CI_COMMIT_REF_NAME")
-        return Identity(commit=_first(env, "CI_COMMIT_SHA"), branch=branch)
+        # A merged results pipeline builds a merge of the source and target branches
+        # (CI_COMMIT_SHA); the merge request's own commit is then SOURCE_BRANCH_SHA, which
+        # other pipelines leave empty.
+        commit = _first(env, "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA", "CI_COMMIT_SHA")
+        return Identity(commit=commit, branch=branch)
     if env.get("BUILDKITE") == "true":
         return Identity(
             commit=_usable_commit(_first(env, "BUILDKITE_COMMIT")),

@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -270,3 +271,19 @@ def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> Non
         f"published {publisher.acknowledged} record(s) to {publisher.topic}; all acknowledged",
         err=True,
     )
+    if config.broker.url in (None, "embedded") and _in_ci(os.environ):
+        from perfwatch.brokers.embedded import default_data_dir
+
+        # On a CI runner the embedded broker ends with the job: most likely a broker URL
+        # (a secret, say) that is missing, not records meant for this machine.
+        report(
+            "no broker URL is set (--pulsar-url, PERFWATCH_BROKER_URL, [broker] url): the "
+            f"records went to the embedded broker in {default_data_dir()} on this CI "
+            "machine, which only a perfwatch serve on this machine reads",
+            level="warning",
+        )
+
+
+def _in_ci(env: Mapping[str, str]) -> bool:
+    """Whether this runs in a CI job: the CI variable most CI systems set."""
+    return env.get("CI", "").strip().lower() in ("true", "1", "yes")

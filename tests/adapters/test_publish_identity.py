@@ -80,6 +80,43 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
             {"BUILDKITE": "true", "BUILDKITE_COMMIT": "HEAD", "BUILDKITE_BRANCH": "main"},
             Identity(branch="main"),
         ),
+        # a tag build: its ref names the tag, no branch
+        (
+            {
+                "GITHUB_ACTIONS": "true",
+                "GITHUB_SHA": SHA,
+                "GITHUB_REF_NAME": "v1.2.0",
+                "GITHUB_REF_TYPE": "tag",
+            },
+            Identity(commit=SHA),
+        ),
+        (
+            {
+                "GITLAB_CI": "true",
+                "CI_COMMIT_SHA": SHA,
+                "CI_COMMIT_REF_NAME": "v1.2.0",
+                "CI_COMMIT_TAG": "v1.2.0",
+            },
+            Identity(commit=SHA),
+        ),
+        (
+            {
+                "BUILDKITE": "true",
+                "BUILDKITE_COMMIT": SHA,
+                "BUILDKITE_BRANCH": "v1.2.0",
+                "BUILDKITE_TAG": "v1.2.0",
+            },
+            Identity(commit=SHA),
+        ),
+        (
+            {
+                "JENKINS_URL": "http://ci/",
+                "GIT_COMMIT": SHA,
+                "BRANCH_NAME": "v1.2.0",
+                "TAG_NAME": "v1.2.0",
+            },
+            Identity(commit=SHA),
+        ),
         ({"GITHUB_SHA": SHA}, Identity()),  # not inside GitHub Actions
     ],
 )

@@ -81,27 +81,38 @@ def _pull_request_head(env: Mapping[str, str]) -> str | None:
     return head if isinstance(head, str) and head.strip() else None
 
 
+def _branch(env: Mapping[str, str], tag: bool, source: str, ref: str) -> str | None:
+    """A pull request's `source` branch, else the `ref` built, unless that is a `tag`: a tag
+    build's ref names the tag, no branch (git has none either, checked out at the tag)."""
+    return _first(env, source) or (None if tag else _first(env, ref))
+
+
 def ci_identity(env: Mapping[str, str]) -> Identity:
     """Commit and branch from the variables of the CI system the process runs in."""
     if env.get("GITHUB_ACTIONS") == "true":
         # GITHUB_HEAD_REF is the source branch of a pull request; REF_NAME is "123/merge" then.
-        branch = _first(env, "GITHUB_HEAD_REF", "GITHUB_REF_NAME")
+        tag = env.get("GITHUB_REF_TYPE") == "tag"
+        branch = _branch(env, tag, "GITHUB_HEAD_REF", "GITHUB_REF_NAME")
         return Identity(commit=_pull_request_head(env) or _first(env, "GITHUB_SHA"), branch=branch)
     if env.get("GITLAB_CI") == "true":
-        branch = _first(env, "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME", "CI_COMMIT_REF_NAME")
+        tag = _first(env, "CI_COMMIT_TAG") is not None
+        branch = _branch(env, tag, "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME", "CI_COMMIT_REF_NAME")
         # A merged results pipeline builds a merge of the source and target branches
         # (CI_COMMIT_SHA); the merge request's own commit is then SOURCE_BRANCH_SHA, which
         # other pipelines leave empty.
         commit = _first(env, "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA", "CI_COMMIT_SHA")
         return Identity(commit=commit, branch=branch)
     if env.get("BUILDKITE") == "true":
+        tag = _first(env, "BUILDKITE_TAG") is not None
         return Identity(
             commit=_usable_commit(_first(env, "BUILDKITE_COMMIT")),
-            branch=_first(env, "BUILDKITE_BRANCH"),
+            branch=None if tag else _first(env, "BUILDKITE_BRANCH"),
         )
     if _first(env, "JENKINS_URL"):
         branch = _first(env, "BRANCH_NAME", "GIT_LOCAL_BRANCH", "GIT_BRANCH")
-        if branch is not None and branch.startswith("origin/"):
+        if _first(env, "TAG_NAME") is not None:  # a multibranch job's tag build
+            branch = None
+        elif branch is not None and branch.startswith("origin/"):
             branch = branch.removeprefix("origin/")
         return Identity(commit=_first(env, "GIT_COMMIT"), branch=branch)
     return Identity()

@@ -80,48 +80,29 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
             {"BUILDKITE": "true", "BUILDKITE_COMMIT": "HEAD", "BUILDKITE_BRANCH": "main"},
             Identity(branch="main"),
         ),
-        # a tag build: its ref names the tag, no branch
-        (
-            {
-                "GITHUB_ACTIONS": "true",
-                "GITHUB_SHA": SHA,
-                "GITHUB_REF_NAME": "v1.2.0",
-                "GITHUB_REF_TYPE": "tag",
-            },
-            Identity(commit=SHA),
-        ),
-        (
-            {
-                "GITLAB_CI": "true",
-                "CI_COMMIT_SHA": SHA,
-                "CI_COMMIT_REF_NAME": "v1.2.0",
-                "CI_COMMIT_TAG": "v1.2.0",
-            },
-            Identity(commit=SHA),
-        ),
-        (
-            {
-                "BUILDKITE": "true",
-                "BUILDKITE_COMMIT": SHA,
-                "BUILDKITE_BRANCH": "v1.2.0",
-                "BUILDKITE_TAG": "v1.2.0",
-            },
-            Identity(commit=SHA),
-        ),
-        (
-            {
-                "JENKINS_URL": "http://ci/",
-                "GIT_COMMIT": SHA,
-                "BRANCH_NAME": "v1.2.0",
-                "TAG_NAME": "v1.2.0",
-            },
-            Identity(commit=SHA),
-        ),
         ({"GITHUB_SHA": SHA}, Identity()),  # not inside GitHub Actions
     ],
 )
 def test_ci_identity(env: dict[str, str], expected: Identity) -> None:
     assert ci_identity(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("ci", "commit", "ref", "tag", "tag_value"),
+    [
+        ("GITHUB_ACTIONS", "GITHUB_SHA", "GITHUB_REF_NAME", "GITHUB_REF_TYPE", "tag"),
+        ("GITLAB_CI", "CI_COMMIT_SHA", "CI_COMMIT_REF_NAME", "CI_COMMIT_TAG", "v1.2.0"),
+        ("BUILDKITE", "BUILDKITE_COMMIT", "BUILDKITE_BRANCH", "BUILDKITE_TAG", "v1.2.0"),
+        ("JENKINS_URL", "GIT_COMMIT", "BRANCH_NAME", "TAG_NAME", "v1.2.0"),
+    ],
+)
+def test_a_tag_build_has_no_branch(
+    ci: str, commit: str, ref: str, tag: str, tag_value: str
+) -> None:
+    # the ref of a tag build names the tag: not a branch, or each release is a history
+    built = {ci: "true", commit: SHA, ref: "v1.2.0"}
+    assert ci_identity(built) == Identity(commit=SHA, branch="v1.2.0")  # as far as it knows
+    assert ci_identity({**built, tag: tag_value}) == Identity(commit=SHA)
 
 
 MERGE_SHA = "feedfacefeedfacefeedfacefeedfacefeedface"  # GitHub's merge of the pull request

@@ -89,5 +89,5 @@ def identity_option(*param_decls: str, **attributes: Any) -> Decorator:
 
 branch_option = identity_option(
     "--branch",
-    help="Branch of the records [default: the report's, else from CI variables or git].",
+    help="Branch of the records [default: the record's, else from CI variables or git].",
 )

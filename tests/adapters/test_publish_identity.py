@@ -57,7 +57,7 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
                 "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME": "fix",
                 "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA": SHA,
             },
-            Identity(commit=SHA, branch="fix"),
+            Identity(commit=SHA, branch="fix", merge_commit="feedface" * 5),
         ),
         (  # other merge request pipelines leave it empty
             {
@@ -120,11 +120,36 @@ def test_github_pull_request_commit_is_its_head_not_the_merge(event: str, tmp_pa
         "GITHUB_REF_NAME": "42/merge",
         "GITHUB_HEAD_REF": "feature",
     }
-    assert ci_identity(env) == Identity(commit=SHA, branch="feature")
+    # pull_request builds GitHub's merge of the pull request, _target the base's commit
+    merge = MERGE_SHA if event == "pull_request" else None
+    assert ci_identity(env) == Identity(commit=SHA, branch="feature", merge_commit=merge)
     # a push builds its own commit; a payload that cannot be read leaves GITHUB_SHA
     assert ci_identity({**env, "GITHUB_EVENT_NAME": "push"}).commit == MERGE_SHA
     missing = {**env, "GITHUB_EVENT_PATH": str(tmp_path / "missing.json")}
     assert ci_identity(missing).commit == MERGE_SHA
+
+
+def test_a_report_of_the_pull_requests_merge_is_given_its_head(tmp_path: Path) -> None:
+    # pytest-benchmark and git name the commit checked out: on a pull request, the merge
+    payload = tmp_path / "event.json"
+    payload.write_text(f'{{"pull_request": {{"head": {{"sha": "{SHA}"}}}}}}')
+    defaults = ci_identity(
+        {
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_EVENT_NAME": "pull_request",
+            "GITHUB_EVENT_PATH": str(payload),
+            "GITHUB_SHA": MERGE_SHA,
+        }
+    )
+    partial = {"test": "t", "run_id": "r", "timestamp": "2024-05-01T00:00:00Z", "metrics": {}}
+
+    merged = complete_record(
+        {**partial, "commit": MERGE_SHA}, explicit=Identity(), defaults=defaults
+    )
+    other = complete_record({**partial, "commit": "a" * 40}, explicit=Identity(), defaults=defaults)
+
+    assert merged["commit"] == SHA
+    assert other["commit"] == "a" * 40  # a commit the report names itself is kept
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -37,6 +37,9 @@ class Identity:
     branch: str | None = None
     timestamp: str | None = None
     attributes: Mapping[str, str] = field(default_factory=dict)
+    # The temporary merge of a pull request CI built instead of `commit`, its head: what a
+    # report or git names then, and what the pull request's records do not belong to.
+    merge_commit: str | None = None
 
     def over(self, fallback: Identity) -> Identity:
         """These fields where set, `fallback`'s elsewhere; attributes merged, ours winning."""
@@ -93,15 +96,25 @@ def ci_identity(env: Mapping[str, str]) -> Identity:
         # GITHUB_HEAD_REF is the source branch of a pull request; REF_NAME is "123/merge" then.
         tag = env.get("GITHUB_REF_TYPE") == "tag"
         branch = _branch(env, tag, "GITHUB_HEAD_REF", "GITHUB_REF_NAME")
-        return Identity(commit=_pull_request_head(env) or _first(env, "GITHUB_SHA"), branch=branch)
+        head, built = _pull_request_head(env), _first(env, "GITHUB_SHA")
+        if head is None:
+            return Identity(commit=built, branch=branch)
+        # pull_request_target builds the base branch's commit, which is no merge
+        merge = built if env.get("GITHUB_EVENT_NAME") == "pull_request" else None
+        return Identity(commit=head, branch=branch, merge_commit=merge)
     if env.get("GITLAB_CI") == "true":
         tag = _first(env, "CI_COMMIT_TAG") is not None
         branch = _branch(env, tag, "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME", "CI_COMMIT_REF_NAME")
         # A merged results pipeline builds a merge of the source and target branches
         # (CI_COMMIT_SHA); the merge request's own commit is then SOURCE_BRANCH_SHA, which
         # other pipelines leave empty.
-        commit = _first(env, "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA", "CI_COMMIT_SHA")
-        return Identity(commit=commit, branch=branch)
+        head, built = (
+            _first(env, "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA"),
+            _first(env, "CI_COMMIT_SHA"),
+        )
+        if head is None:
+            return Identity(commit=built, branch=branch)
+        return Identity(commit=head, branch=branch, merge_commit=built)
     if env.get("BUILDKITE") == "true":
         tag = _first(env, "BUILDKITE_TAG") is not None
         return Identity(
@@ -182,6 +195,8 @@ def complete_record(
     )
     if test_prefix is not None and own.test is not None:
         own = replace(own, test=f"{test_prefix}/{own.test}")
+    if own.commit is not None and own.commit == defaults.merge_commit:
+        own = replace(own, commit=None)  # CI's merge of a pull request: its head instead
     identity = explicit.over(own).over(defaults)
 
     record: dict[str, Any] = {"schema": partial.get("schema", RECORD_SCHEMA)}

@@ -159,6 +159,14 @@ def test_dash_reads_the_records_from_standard_input(
     )
 
 
+def test_a_report_without_benchmarks_is_a_warning(tmp_path: Path) -> None:
+    report = tmp_path / "benchmarks.json"  # pytest-benchmark's when no benchmark ran
+    report.write_bytes(orjson.dumps({"machine_info": {}, "commit_info": {}, "benchmarks": []}))
+    result = _publish("--dry-run", str(report))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"perfwatch publish: warning: {report}: holds no records\n"
+
+
 def test_run_id_flag_must_not_name_two_runs_of_one_test(tmp_path: Path) -> None:
     csv = tmp_path / "search.csv"
     csv.write_text("time,score\n2024-01-01T00:00:00Z,1\n2024-01-02T00:00:00Z,2\n")

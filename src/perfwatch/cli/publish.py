@@ -225,7 +225,8 @@ def publish(
             rejected_files += 1
             continue
         if not prepared:
-            click.echo(f"{path}: holds no records", err=True)
+            # not an error (a suite may have run no benchmark), but said as the others are
+            report(f"{path}: holds no records", level="warning")
         ready.extend(prepared)
 
     if run_id is not None:

@@ -226,6 +226,15 @@ def test_a_blank_identity_flag_is_a_usage_error_naming_it(
     )
 
 
+def test_a_blank_attribute_value_is_a_usage_error_naming_it(record_file: Path) -> None:
+    # `--attr runner=$RUNNER` with the variable unset would blank the record's own runner
+    result = _invoke("publish", "--dry-run", "--attr", "runner=", str(record_file))
+    assert result.exit_code == 2, result.output
+    assert _error_line(result.stderr, "publish").endswith(
+        "Invalid value for --attr: 'runner=': the value of runner is empty"
+    )
+
+
 def test_recommend_reference_without_update_is_a_usage_error(profile_file: Path) -> None:
     result = _invoke("recommend", "--baseline", str(profile_file), "--reference", str(profile_file))
     assert result.exit_code == 2

@@ -195,9 +195,14 @@ def profile(
                 "old",
                 old_dir.resolve(),
                 old_python or sys.executable,
-                parse_attributes(old_env, "--old-env"),
+                parse_attributes(old_env, "--old-env", blank_values=True),
             ),
-            Version("new", Path.cwd(), sys.executable, parse_attributes(new_env, "--new-env")),
+            Version(
+                "new",
+                Path.cwd(),
+                sys.executable,
+                parse_attributes(new_env, "--new-env", blank_values=True),
+            ),
         ]
         reference_path = reference_out or output.with_name(f"{output.stem}.old{output.suffix}")
         alternation = Alternation(

@@ -42,13 +42,20 @@ if TYPE_CHECKING:
     from perfwatch.config import Config
 
 
-def parse_attributes(pairs: tuple[str, ...], option: str = "--attr") -> dict[str, str]:
-    """NAME=VALUE pairs given to ``option`` as a dict; a malformed pair is a usage error."""
+def parse_attributes(
+    pairs: tuple[str, ...], option: str = "--attr", *, blank_values: bool = False
+) -> dict[str, str]:
+    """NAME=VALUE pairs given to ``option`` as a dict; a malformed pair is a usage error, and
+    so is a blank VALUE unless `blank_values` (an environment variable may be empty; a
+    record's attribute left blank, by a CI variable that was not set, would replace the
+    record's own value and start a history of its own)."""
     attributes = {}
     for pair in pairs:
         name, separator, value = pair.partition("=")
         if not separator or not name:
             raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=option)
+        if not blank_values and not value.strip():
+            raise click.BadParameter(f"{pair!r}: the value of {name} is empty", param_hint=option)
         attributes[name] = value
     return attributes
 

@@ -48,7 +48,7 @@ def parse_attributes(
     """NAME=VALUE pairs given to ``option`` as a dict; a malformed pair is a usage error, and
     so is a blank VALUE unless `blank_values` (an environment variable may be empty; a
     record's attribute left blank, by a CI variable that was not set, would replace the
-    record's own value and start a history of its own)."""
+    record's own value, and of an identifying attribute start a history of its own)."""
     attributes = {}
     for pair in pairs:
         name, separator, value = pair.partition("=")

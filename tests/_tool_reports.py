@@ -72,13 +72,16 @@ def git(cwd: Path, *args: str) -> str:
     return run(["git", "-c", "user.email=ci@example.org", "-c", "user.name=CI", *args], cwd)
 
 
-def pytest_benchmark_report(work: Path) -> tuple[Path, str]:
+def pytest_benchmark_report(work: Path, *, detached: bool = False) -> tuple[Path, str]:
     """Three benchmarks (one parametrised twice) run in a git repository on branch
-    `perf-branch`: the report and the commit."""
+    `perf-branch`, or on its commit checked out alone (`detached`, as CI checkouts are):
+    the report and the commit."""
     (work / "test_speed.py").write_text(textwrap.dedent(PYTEST_BENCHMARK_TESTS))
     git(work, "init", "-q", "-b", "perf-branch")
     git(work, "add", "test_speed.py")
     git(work, "commit", "-qm", "bench")
+    if detached:
+        git(work, "checkout", "-q", "--detach")
     run(
         [
             sys.executable,

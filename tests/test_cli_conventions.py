@@ -195,6 +195,46 @@ def test_a_webhook_that_is_no_http_url_is_bad_input() -> None:
         assert line.endswith("--webhook: not an http:// or https:// URL with a host name")
 
 
+IDENTITY_OPTIONS = {
+    "publish": ("--test", "--run-id", "--commit", "--branch"),
+    "profile": ("--test", "--branch"),
+}
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        (command, option, value)
+        for command, names in sorted(IDENTITY_OPTIONS.items())
+        for option in names
+        for value in ("", " ")
+    ],
+)
+def test_a_blank_identity_flag_is_a_usage_error_naming_it(
+    command: str, option: str, value: str, record_file: Path, tmp_path: Path
+) -> None:
+    # A blank commit or branch would replace the report's, or CI's, with none at all.
+    if command == "publish":
+        arguments = [str(record_file), "--dry-run"]
+    else:  # an empty folder: no suite to run, should the option be let through
+        (tmp_path / "suite").mkdir()
+        arguments = ["-o", str(tmp_path / "inputs.json"), "--", str(tmp_path / "suite")]
+    result = _invoke(command, option, value, *arguments)
+    assert result.exit_code == 2, result.output
+    assert _error_line(result.stderr, command).endswith(
+        f"Invalid value for '{option}': must not be empty; leave the option out for its default"
+    )
+
+
+def test_a_blank_attribute_value_is_a_usage_error_naming_it(record_file: Path) -> None:
+    # `--attr runner=$RUNNER` with the variable unset would blank the record's own runner
+    result = _invoke("publish", "--dry-run", "--attr", "runner=", str(record_file))
+    assert result.exit_code == 2, result.output
+    assert _error_line(result.stderr, "publish").endswith(
+        "Invalid value for --attr: 'runner=': the value of runner is empty"
+    )
+
+
 def test_recommend_reference_without_update_is_a_usage_error(profile_file: Path) -> None:
     result = _invoke("recommend", "--baseline", str(profile_file), "--reference", str(profile_file))
     assert result.exit_code == 2

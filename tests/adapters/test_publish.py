@@ -120,6 +120,53 @@ def test_csv_rows_and_identity_flags(tmp_path: Path) -> None:
     assert first["run_id"] != second["run_id"]
 
 
+def test_dash_reads_the_records_from_standard_input(
+    tool_reports: list[Path], tmp_path: Path
+) -> None:
+    lines = _write_jsonl(tmp_path / "runs.jsonl", [_record("a", 1), _record("a", 2)])
+    csv = "time,score\n2024-01-01T00:00:00Z,1\n"
+
+    def piped(data: bytes, *args: str) -> Result:
+        return CliRunner().invoke(
+            main, ["publish", "--no-auto-identity", "--dry-run", *args], input=data
+        )
+
+    from_lines = piped(lines.read_bytes(), "-")
+    from_report = piped(tool_reports[0].read_bytes(), "-")
+    from_csv = piped(csv.encode(), "--format", "otava-csv", "--test", "search", "-")
+    bad = piped(orjson.dumps({**_record("b", 1), "metrics": {"latency": "slow"}}), "-")
+    csv_unnamed = piped(csv.encode(), "-")
+    twice = piped(lines.read_bytes(), "-", "-")
+
+    assert from_lines.exit_code == 0, from_lines.output
+    assert from_lines.stdout_bytes == _publish("--dry-run", str(lines)).stdout_bytes
+    assert from_report.exit_code == 0, from_report.output
+    assert from_report.stdout_bytes == _publish("--dry-run", str(tool_reports[0])).stdout_bytes
+    assert from_csv.exit_code == 0, from_csv.output
+    assert orjson.loads(from_csv.stdout_bytes)["test"] == "search"
+    assert bad.exit_code == 2
+    assert bad.stderr.startswith(
+        "perfwatch publish: error: -:1:1: $.metrics.latency: expected number or object"
+    )
+    assert csv_unnamed.exit_code == 2
+    assert csv_unnamed.stderr.splitlines()[0].endswith(
+        "; standard input is read as JSON or JSON Lines unless --format names another format"
+    )
+    assert twice.exit_code == 2
+    assert twice.stderr.splitlines()[-1] == (
+        "perfwatch publish: error: Invalid value for FILES: '-' (standard input) can be read "
+        "once only"
+    )
+
+
+def test_a_report_without_benchmarks_is_a_warning(tmp_path: Path) -> None:
+    report = tmp_path / "benchmarks.json"  # pytest-benchmark's when no benchmark ran
+    report.write_bytes(orjson.dumps({"machine_info": {}, "commit_info": {}, "benchmarks": []}))
+    result = _publish("--dry-run", str(report))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"perfwatch publish: warning: {report}: holds no records\n"
+
+
 def test_run_id_flag_must_not_name_two_runs_of_one_test(tmp_path: Path) -> None:
     csv = tmp_path / "search.csv"
     csv.write_text("time,score\n2024-01-01T00:00:00Z,1\n2024-01-02T00:00:00Z,2\n")
@@ -177,6 +224,24 @@ def test_jmh_report_is_published_as_its_benchmarks(tmp_path: Path) -> None:
     # named explicitly, the same records
     named = _publish("--dry-run", "--format", "jmh", *identity, str(reports["current"]))
     assert named.exit_code == 0 and named.stdout_bytes == result.stdout_bytes
+
+
+def test_a_date_as_timestamp_is_midnight_utc_and_a_time_needs_its_offset(
+    tmp_path: Path,
+) -> None:
+    report = _tool_reports.jmh_reports(tmp_path)["current"]  # JMH writes no time
+
+    dated = _publish("--dry-run", "--timestamp", "2026-12-01", str(report))
+    unzoned = _publish("--dry-run", "--timestamp", "2026-12-01T02:00:00", str(report))
+
+    assert dated.exit_code == 0, dated.output
+    assert {orjson.loads(line)["timestamp"] for line in _lines(dated)} == {"2026-12-01T00:00:00Z"}
+    assert unzoned.exit_code == 2
+    assert unzoned.stderr.splitlines()[-1] == (
+        "perfwatch publish: error: Invalid value for '--timestamp': '2026-12-01T02:00:00' is "
+        "neither an RFC 3339 time with its offset (2024-05-01T02:00:00Z, "
+        "2024-05-01T04:00:00+02:00) nor a date (2024-05-01, midnight UTC)"
+    )
 
 
 def test_bad_jmh_report_names_the_result(tmp_path: Path) -> None:
@@ -330,12 +395,22 @@ def test_refused_message_is_named_with_the_broker_error(
 
 def test_without_a_url_the_embedded_broker_is_used(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "runs.jsonl", [_record("local", i) for i in range(3)])
-    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "PERFWATCH_BROKER_URL": ""}
-    result = CliRunner(env=env).invoke(
-        main, ["publish", "--no-auto-identity", "--records-topic", "local-records", str(path)]
-    )
+    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "PERFWATCH_BROKER_URL": "", "CI": None}
+    arguments = ["publish", "--no-auto-identity", "--records-topic", "local-records", str(path)]
+    result = CliRunner(env=env).invoke(main, arguments)
     assert result.exit_code == 0, result.output
     assert "published 3 record(s)" in result.stderr
+    assert "warning" not in result.stderr
+    # in a CI job a broker URL is most likely missing: said, the records sent all the same
+    in_ci = CliRunner(env={**env, "CI": "true"}).invoke(
+        main, [*arguments, "--records-topic", "ci-records"]
+    )
+    assert in_ci.exit_code == 0, in_ci.output
+    assert in_ci.stderr.splitlines()[-1] == (
+        "perfwatch publish: warning: no broker URL is set (--pulsar-url, PERFWATCH_BROKER_URL, "
+        f"[broker] url): the records went to the embedded broker in {tmp_path}/data/perfwatch/"
+        "embedded on this CI machine, which only a perfwatch serve on this machine reads"
+    )
     # the broker was stopped with the command; its data folder kept the records
     with open_broker(None, data_dir=tmp_path / "data" / "perfwatch" / "embedded") as handle:
         client = make_client(handle)

@@ -49,6 +49,25 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
             },
             Identity(commit=SHA, branch="fix"),
         ),
+        (  # a merged results pipeline builds a merge: the merge request's head is the commit
+            {
+                "GITLAB_CI": "true",
+                "CI_COMMIT_SHA": "feedface" * 5,
+                "CI_COMMIT_REF_NAME": "refs/merge-requests/7/merge",
+                "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME": "fix",
+                "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA": SHA,
+            },
+            Identity(commit=SHA, branch="fix", merge_commit="feedface" * 5),
+        ),
+        (  # other merge request pipelines leave it empty
+            {
+                "GITLAB_CI": "true",
+                "CI_COMMIT_SHA": SHA,
+                "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME": "fix",
+                "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA": "",
+            },
+            Identity(commit=SHA, branch="fix"),
+        ),
         (
             {"JENKINS_URL": "http://ci/", "GIT_COMMIT": SHA, "GIT_BRANCH": "origin/release"},
             Identity(commit=SHA, branch="release"),
@@ -66,6 +85,71 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 )
 def test_ci_identity(env: dict[str, str], expected: Identity) -> None:
     assert ci_identity(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("ci", "commit", "ref", "tag", "tag_value"),
+    [
+        ("GITHUB_ACTIONS", "GITHUB_SHA", "GITHUB_REF_NAME", "GITHUB_REF_TYPE", "tag"),
+        ("GITLAB_CI", "CI_COMMIT_SHA", "CI_COMMIT_REF_NAME", "CI_COMMIT_TAG", "v1.2.0"),
+        ("BUILDKITE", "BUILDKITE_COMMIT", "BUILDKITE_BRANCH", "BUILDKITE_TAG", "v1.2.0"),
+        ("JENKINS_URL", "GIT_COMMIT", "BRANCH_NAME", "TAG_NAME", "v1.2.0"),
+    ],
+)
+def test_a_tag_build_has_no_branch(
+    ci: str, commit: str, ref: str, tag: str, tag_value: str
+) -> None:
+    # the ref of a tag build names the tag: not a branch, or each release is a history
+    built = {ci: "true", commit: SHA, ref: "v1.2.0"}
+    assert ci_identity(built) == Identity(commit=SHA, branch="v1.2.0")  # as far as it knows
+    assert ci_identity({**built, tag: tag_value}) == Identity(commit=SHA)
+
+
+MERGE_SHA = "feedfacefeedfacefeedfacefeedfacefeedface"  # GitHub's merge of the pull request
+
+
+@pytest.mark.parametrize("event", ["pull_request", "pull_request_target"])
+def test_github_pull_request_commit_is_its_head_not_the_merge(event: str, tmp_path: Path) -> None:
+    payload = tmp_path / "event.json"
+    payload.write_text(f'{{"number": 42, "pull_request": {{"head": {{"sha": "{SHA}"}}}}}}')
+    env = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_EVENT_NAME": event,
+        "GITHUB_EVENT_PATH": str(payload),
+        "GITHUB_SHA": MERGE_SHA,
+        "GITHUB_REF_NAME": "42/merge",
+        "GITHUB_HEAD_REF": "feature",
+    }
+    # pull_request builds GitHub's merge of the pull request, _target the base's commit
+    merge = MERGE_SHA if event == "pull_request" else None
+    assert ci_identity(env) == Identity(commit=SHA, branch="feature", merge_commit=merge)
+    # a push builds its own commit; a payload that cannot be read leaves GITHUB_SHA
+    assert ci_identity({**env, "GITHUB_EVENT_NAME": "push"}).commit == MERGE_SHA
+    missing = {**env, "GITHUB_EVENT_PATH": str(tmp_path / "missing.json")}
+    assert ci_identity(missing).commit == MERGE_SHA
+
+
+def test_a_report_of_the_pull_requests_merge_is_given_its_head(tmp_path: Path) -> None:
+    # pytest-benchmark and git name the commit checked out: on a pull request, the merge
+    payload = tmp_path / "event.json"
+    payload.write_text(f'{{"pull_request": {{"head": {{"sha": "{SHA}"}}}}}}')
+    defaults = ci_identity(
+        {
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_EVENT_NAME": "pull_request",
+            "GITHUB_EVENT_PATH": str(payload),
+            "GITHUB_SHA": MERGE_SHA,
+        }
+    )
+    partial = {"test": "t", "run_id": "r", "timestamp": "2024-05-01T00:00:00Z", "metrics": {}}
+
+    merged = complete_record(
+        {**partial, "commit": MERGE_SHA}, explicit=Identity(), defaults=defaults
+    )
+    other = complete_record({**partial, "commit": "a" * 40}, explicit=Identity(), defaults=defaults)
+
+    assert merged["commit"] == SHA
+    assert other["commit"] == "a" * 40  # a commit the report names itself is kept
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -84,10 +84,9 @@ def write(path: Path, kind: str, profiles: list[InputProfile]) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def files(quick_run: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    directory = tmp_path_factory.mktemp("profiles")
-    judged = quick_run["judged"]["bottleneck"]
+def judged_files(quick_run: dict, update: str, directory: Path) -> dict[str, Path]:
+    """The baseline, and the update's sample profiled on the new and the old code."""
+    judged = quick_run["judged"][update]
     recommendation = judged.recommendation
     sampled = {vote.input_id for vote in recommendation.votes}
     return {
@@ -101,6 +100,11 @@ def files(quick_run: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[str
             [p for p in judged.reference if p.input_id in sampled],
         ),
     }
+
+
+@pytest.fixture(scope="module")
+def files(quick_run: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return judged_files(quick_run, "bottleneck", tmp_path_factory.mktemp("profiles"))
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -147,6 +151,39 @@ def test_recommend_text_leads_with_the_decision_and_its_clusters(
     assert "rule: paired; time: cpu_time_s; acceptable slowdown 5%; confidence 95%" in output
     assert "Clusters (change of the sampled inputs" in output and "Driven by:" in output
     assert "Cost: timing the" in output
+
+
+@pytest.mark.parametrize("output_format", ["text", "json"])
+def test_exit_code_tells_run_from_skip(
+    quick_run: dict, files: dict[str, Path], output_format: str, tmp_path: Path
+) -> None:
+    skipped = judged_files(quick_run, "refactor", tmp_path)
+    statuses = {}
+    for update, judged in (("bottleneck", files), ("refactor", skipped)):
+        for flag in ((), ("--exit-code",)):
+            status, output = invoke(
+                "recommend",
+                "--baseline", str(judged["baseline"]),
+                "--update", str(judged["update"]),
+                "--reference", str(judged["reference"]),
+                "--format", output_format,
+                *flag,
+            )  # fmt: skip
+            assert output.startswith("Recommendation: " if output_format == "text" else "{")
+            statuses[update, bool(flag)] = status
+    # only asked, a run is status 1 (as compare's regression); by default 0 either way
+    assert statuses == {
+        ("bottleneck", False): 0,
+        ("bottleneck", True): 1,
+        ("refactor", False): 0,
+        ("refactor", True): 0,
+    }
+
+
+def test_exit_code_without_update_is_a_usage_error(files: dict[str, Path]) -> None:
+    status, output = invoke("recommend", "--baseline", str(files["baseline"]), "--exit-code")
+    assert status == 2
+    assert "--exit-code tells the recommendation for --update: give --update" in output
 
 
 def test_recommend_text_prints_the_papers_seed_table(files: dict[str, Path]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from perfwatch.profiler.alternate import pytest_command
 from perfwatch.readers.input_profile import read_input_profile
 
 pytest_plugins = ["pytester"]
@@ -206,3 +207,26 @@ def test_the_example_suite_runs_warning_free_with_the_plain_install_plugins(
     assert "4 passed in" in completed.stdout
     assert "warning" not in completed.stdout.lower(), completed.stdout
     assert len(read_input_profile(output).profiles) == 4
+
+
+def test_perfwatch_starts_pytest_as_python_m_pytest_does(tmp_path: Path) -> None:
+    """Through pytest's own `__main__`: no deprecated entry point (pytest 9.1 warns about
+    `pytest.console_main()`), the same exit statuses and the same program name."""
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    output = tmp_path / "inputs.json"
+
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        command = pytest_command(sys.executable, [*arguments, "-p", "no:cacheprovider"])
+        return subprocess.run(
+            command, capture_output=True, text=True, check=False, cwd=tmp_path, timeout=120
+        )
+
+    passed = run("-q", f"--perfwatch-profile={output}", "--perfwatch-repeats=1")
+    usage = run("--no-such-option")
+
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert passed.stderr == ""  # no warning of pytest's about how it was started
+    assert "1 passed in" in passed.stdout
+    assert len(read_input_profile(output).profiles) == 1
+    assert usage.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "usage: python -m pytest" in usage.stderr

@@ -32,7 +32,7 @@ from perfwatch.readers.errors import SourceError
 from perfwatch.readers.google_benchmark import records_from_google_benchmark
 from perfwatch.readers.hyperfine import records_from_hyperfine
 from perfwatch.readers.jmh import records_from_jmh
-from perfwatch.readers.pytest_benchmark import records_from_pytest_benchmark
+from perfwatch.readers.pytest_benchmark import STATISTICS, records_from_pytest_benchmark
 
 LOWER = "lower_is_better"
 HIGHER = "higher_is_better"
@@ -114,6 +114,39 @@ def test_pytest_benchmark_outside_a_repository_has_no_commit() -> None:
     (located,) = records_from_pytest_benchmark(report, "old.json")
     assert "commit" not in located.record and "branch" not in located.record
     assert located.record["timestamp"] == "2016-02-05T17:11:30.321219Z"
+
+
+def test_pytest_benchmark_on_a_detached_head_names_no_branch(tmp_path: Path) -> None:
+    # CI checks out a commit alone; pytest-benchmark then writes "(detached head)"
+    path, head = _tool_reports.pytest_benchmark_report(tmp_path, detached=True)
+    report = orjson.loads(path.read_bytes())
+    assert report["commit_info"]["branch"] == "(detached head)"
+
+    records = [located.record for located in records_from_pytest_benchmark(report, str(path))]
+
+    assert {record["commit"] for record in records} == {head}
+    assert all("branch" not in record for record in records)
+
+
+def test_pytest_benchmark_that_could_not_ask_git_has_no_commit() -> None:
+    # what it writes when git fails (a repository owned by another user in a CI container)
+    report = {
+        "machine_info": {},
+        "commit_info": {
+            "id": "unknown",
+            "time": None,
+            "author_time": None,
+            "dirty": False,
+            "error": "CalledProcessError(128, 'fatal: detected dubious ownership')",
+            "project": "shop",
+            "branch": "(unknown)",
+        },
+        "benchmarks": [
+            {"fullname": "t.py::test_a", "stats": dict.fromkeys(STATISTICS, 1.0)},
+        ],
+    }
+    (located,) = records_from_pytest_benchmark(report, "ci.json")
+    assert "commit" not in located.record and "branch" not in located.record
 
 
 def test_pytest_benchmark_before_3_1_has_no_operations_per_second() -> None:

@@ -37,6 +37,9 @@ class Identity:
     branch: str | None = None
     timestamp: str | None = None
     attributes: Mapping[str, str] = field(default_factory=dict)
+    # The temporary merge of a pull request CI built instead of `commit`, its head: what a
+    # report or git names then, and what the pull request's records do not belong to.
+    merge_commit: str | None = None
 
     def over(self, fallback: Identity) -> Identity:
         """These fields where set, `fallback`'s elsewhere; attributes merged, ours winning."""
@@ -63,23 +66,66 @@ def _usable_commit(value: str | None) -> str | None:
     return None if value is None or value == "HEAD" else value
 
 
+# GitHub Actions events whose GITHUB_SHA is not the pull request's own commit: the merge
+# of the pull request into its base (pull_request), or the base's last one (_target).
+_PULL_REQUEST_EVENTS = ("pull_request", "pull_request_target")
+
+
+def _pull_request_head(env: Mapping[str, str]) -> str | None:
+    """The head commit of the pull request a GitHub Actions run is for, from the event's
+    payload (the file GITHUB_EVENT_PATH names); None for other events or no payload."""
+    if env.get("GITHUB_EVENT_NAME") not in _PULL_REQUEST_EVENTS:
+        return None
+    try:
+        event = orjson.loads(Path(env.get("GITHUB_EVENT_PATH", "")).read_bytes())
+        head = event["pull_request"]["head"]["sha"]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    return head if isinstance(head, str) and head.strip() else None
+
+
+def _branch(env: Mapping[str, str], tag: bool, source: str, ref: str) -> str | None:
+    """A pull request's `source` branch, else the `ref` built, unless that is a `tag`: a tag
+    build's ref names the tag, no branch (git has none either, checked out at the tag)."""
+    return _first(env, source) or (None if tag else _first(env, ref))
+
+
 def ci_identity(env: Mapping[str, str]) -> Identity:
     """Commit and branch from the variables of the CI system the process runs in."""
     if env.get("GITHUB_ACTIONS") == "true":
         # GITHUB_HEAD_REF is the source branch of a pull request; REF_NAME is "123/merge" then.
-        branch = _first(env, "GITHUB_HEAD_REF", "GITHUB_REF_NAME")
-        return Identity(commit=_first(env, "GITHUB_SHA"), branch=branch)
+        tag = env.get("GITHUB_REF_TYPE") == "tag"
+        branch = _branch(env, tag, "GITHUB_HEAD_REF", "GITHUB_REF_NAME")
+        head, built = _pull_request_head(env), _first(env, "GITHUB_SHA")
+        if head is None:
+            return Identity(commit=built, branch=branch)
+        # pull_request_target builds the base branch's commit, which is no merge
+        merge = built if env.get("GITHUB_EVENT_NAME") == "pull_request" else None
+        return Identity(commit=head, branch=branch, merge_commit=merge)
     if env.get("GITLAB_CI") == "true":
-        branch = _first(env, "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME", "CI_COMMIT_REF_NAME")
-        return Identity(commit=_first(env, "CI_COMMIT_SHA"), branch=branch)
+        tag = _first(env, "CI_COMMIT_TAG") is not None
+        branch = _branch(env, tag, "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME", "CI_COMMIT_REF_NAME")
+        # A merged results pipeline builds a merge of the source and target branches
+        # (CI_COMMIT_SHA); the merge request's own commit is then SOURCE_BRANCH_SHA, which
+        # other pipelines leave empty.
+        head, built = (
+            _first(env, "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA"),
+            _first(env, "CI_COMMIT_SHA"),
+        )
+        if head is None:
+            return Identity(commit=built, branch=branch)
+        return Identity(commit=head, branch=branch, merge_commit=built)
     if env.get("BUILDKITE") == "true":
+        tag = _first(env, "BUILDKITE_TAG") is not None
         return Identity(
             commit=_usable_commit(_first(env, "BUILDKITE_COMMIT")),
-            branch=_first(env, "BUILDKITE_BRANCH"),
+            branch=None if tag else _first(env, "BUILDKITE_BRANCH"),
         )
     if _first(env, "JENKINS_URL"):
         branch = _first(env, "BRANCH_NAME", "GIT_LOCAL_BRANCH", "GIT_BRANCH")
-        if branch is not None and branch.startswith("origin/"):
+        if _first(env, "TAG_NAME") is not None:  # a multibranch job's tag build
+            branch = None
+        elif branch is not None and branch.startswith("origin/"):
             branch = branch.removeprefix("origin/")
         return Identity(commit=_first(env, "GIT_COMMIT"), branch=branch)
     return Identity()
@@ -149,6 +195,8 @@ def complete_record(
     )
     if test_prefix is not None and own.test is not None:
         own = replace(own, test=f"{test_prefix}/{own.test}")
+    if own.commit is not None and own.commit == defaults.merge_commit:
+        own = replace(own, commit=None)  # CI's merge of a pull request: its head instead
     identity = explicit.over(own).over(defaults)
 
     record: dict[str, Any] = {"schema": partial.get("schema", RECORD_SCHEMA)}

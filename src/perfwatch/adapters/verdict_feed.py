@@ -14,11 +14,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, get_args
 
 from perfwatch.contract.models import VerdictKind
-from perfwatch.contract.timestamps import parse_rfc3339
+from perfwatch.contract.timestamps import parse_rfc3339, parse_time_or_date
 
 if TYPE_CHECKING:
     import pulsar
@@ -36,17 +36,12 @@ def parse_since(text: str, now: datetime) -> datetime:
         amount, unit = duration.groups()
         return now - timedelta(seconds=float(amount) * _SECONDS_PER_UNIT[unit])
     try:
-        return parse_rfc3339(text)
-    except ValueError:
-        pass
-    try:
-        day = datetime.strptime(text, "%Y-%m-%d")
+        return parse_time_or_date(text)
     except ValueError:
         raise ValueError(
             f"{text!r} is neither a time (2024-05-01T02:00:00Z), a date (2024-05-01) "
             "nor an age (90s, 15m, 2h, 3d, 1w)"
         ) from None
-    return day.replace(tzinfo=UTC)
 
 
 def is_regression(verdict: Mapping[str, Any]) -> bool:

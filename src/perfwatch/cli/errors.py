@@ -5,7 +5,7 @@ command with
 
 - 0: success;
 - 1: the command ran and found what it was asked to fail on (``compare``: a
-  regression; ``profile``: a failing test);
+  regression; ``profile``: a failing test; ``recommend --exit-code``: run the suite);
 - 2: bad input or usage (unreadable or invalid files, bad options, a missing
   optional dependency, a port already in use, a second processor on the embedded
   broker);

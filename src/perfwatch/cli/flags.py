@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from perfwatch.config_file import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE
+from perfwatch.contract.timestamps import RFC3339, format_rfc3339, parse_time_or_date
 
 Decorator = Callable[[Callable[..., Any]], Any]
 
@@ -51,3 +52,42 @@ def config_option(command: Callable[..., Any]) -> Any:
         show_default=f"${CONFIG_ENV_VAR}, else ./{DEFAULT_CONFIG_FILE} if present",
         help="perfwatch.toml to read (then PERFWATCH_* variables, then these flags).",
     )(command)
+
+
+class IdentityText(click.ParamType):
+    """A test id, run id, commit or branch given on the command line: never blank, since a
+    blank value would replace the report's own, or CI's, with nothing."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not str(value).strip():
+            self.fail("must not be empty; leave the option out for its default", param, ctx)
+        return value
+
+
+class RecordTime(click.ParamType):
+    """A record's time: RFC 3339 with its offset, or a date (midnight UTC), given as the
+    record's RFC 3339 text."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value)
+        try:
+            moment = parse_time_or_date(text)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+        # a time is kept as written: it is part of the content a run id is derived from
+        return text if RFC3339.match(text) else format_rfc3339(moment)
+
+
+def identity_option(*param_decls: str, **attributes: Any) -> Decorator:
+    """An option naming the test, run id, commit or branch of the records a command sends."""
+    return click.option(*param_decls, type=IdentityText(), **attributes)
+
+
+branch_option = identity_option(
+    "--branch",
+    help="Branch of the records [default: the record's, else from CI variables or git].",
+)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfwatch.cli.errors import EXIT_FOUND, InputError
-from perfwatch.cli.flags import FiniteFloatRange
+from perfwatch.cli.flags import FiniteFloatRange, branch_option, identity_option
 from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
 from perfwatch.cli.publish import parse_attributes
 from perfwatch.profiler.alternate import (
@@ -132,12 +132,8 @@ if TYPE_CHECKING:
     help="With --publish, for an update sample: profiles of the same inputs on the old code, "
     "measured next to this run; sent along so the processor cancels the machine's drift.",
 )
-@click.option(
-    "--branch",
-    help="Branch of the published record [default: from CI variables or git]. An update "
-    "sample is judged against the full suite of the same test and branch.",
-)
-@click.option(
+@branch_option
+@identity_option(
     "--test",
     "test_id",
     default=INPUT_PROFILES_TEST,
@@ -173,7 +169,8 @@ def profile(
     Each input runs in separate passes (warm-up, timing, memory, counting), so
     the counting does not distort the times. The input-profile file feeds
     `perfwatch recommend`; with --publish the profiles also go to the records
-    topic as one record with an `inputs` block (the broker options apply to it).
+    topic as one record with an `inputs` block (the broker options apply to it);
+    an update sample is judged against the full suite of the same test and branch.
     With --old-dir the sampled inputs (--only) run on the old code and on the
     current directory's code alternately, --rounds times, and both files are
     written: feed them to `perfwatch recommend --update OUTPUT --reference
@@ -198,9 +195,14 @@ def profile(
                 "old",
                 old_dir.resolve(),
                 old_python or sys.executable,
-                parse_attributes(old_env, "--old-env"),
+                parse_attributes(old_env, "--old-env", blank_values=True),
             ),
-            Version("new", Path.cwd(), sys.executable, parse_attributes(new_env, "--new-env")),
+            Version(
+                "new",
+                Path.cwd(),
+                sys.executable,
+                parse_attributes(new_env, "--new-env", blank_values=True),
+            ),
         ]
         reference_path = reference_out or output.with_name(f"{output.stem}.old{output.suffix}")
         alternation = Alternation(

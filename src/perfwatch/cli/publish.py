@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+import orjson
 
 from perfwatch.adapters.identity import (
     Identity,
@@ -19,25 +22,40 @@ from perfwatch.adapters.identity import (
     record_label,
 )
 from perfwatch.cli.errors import InputError, ServiceUnavailable, report
+from perfwatch.cli.flags import RecordTime, branch_option, identity_option
 from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
 from perfwatch.config import Config
 from perfwatch.contract.codec import dumps
-from perfwatch.contract.timestamps import format_rfc3339, parse_rfc3339
+from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.validation import validate_record
-from perfwatch.readers.detect import FORMATS, InputFile, read_input_file
+from perfwatch.readers.detect import (
+    COUNTERS_CSV,
+    FORMATS,
+    OTAVA_CSV,
+    PERFMON,
+    InputFile,
+    read_input_file,
+)
 from perfwatch.readers.errors import SourceError
 
 if TYPE_CHECKING:
     from perfwatch.config import Config
 
 
-def parse_attributes(pairs: tuple[str, ...], option: str = "--attr") -> dict[str, str]:
-    """NAME=VALUE pairs given to ``option`` as a dict; a malformed pair is a usage error."""
+def parse_attributes(
+    pairs: tuple[str, ...], option: str = "--attr", *, blank_values: bool = False
+) -> dict[str, str]:
+    """NAME=VALUE pairs given to ``option`` as a dict; a malformed pair is a usage error, and
+    so is a blank VALUE unless `blank_values` (an environment variable may be empty; a
+    record's attribute left blank, by a CI variable that was not set, would replace the
+    record's own value, and of an identifying attribute start a history of its own)."""
     attributes = {}
     for pair in pairs:
         name, separator, value = pair.partition("=")
         if not separator or not name:
             raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=option)
+        if not blank_values and not value.strip():
+            raise click.BadParameter(f"{pair!r}: the value of {name} is empty", param_hint=option)
         attributes[name] = value
     return attributes
 
@@ -73,8 +91,45 @@ def prepare_file(
     return prepared, problems
 
 
-def _modification_time(path: str) -> str:
+def _modification_time(path: str | Path) -> str:
     return format_rfc3339(datetime.fromtimestamp(Path(path).stat().st_mtime, UTC))
+
+
+# The FILE that names standard input, as for most command-line tools.
+STANDARD_INPUT = "-"
+_COUNTER_AND_CSV_FORMATS = (OTAVA_CSV, PERFMON, COUNTERS_CSV)
+
+
+def _read_standard_input(file_format: str | None) -> tuple[InputFile, str]:
+    """The records piped in, named ``-``, and the time they were read (for records with
+    none). The readers read files: the data goes through one named ``stdin`` with the
+    suffix its format is known by (a CSV test is then named ``stdin`` unless --test says)."""
+    data = sys.stdin.buffer.read()
+    if file_format in _COUNTER_AND_CSV_FORMATS:
+        suffix = ".csv"
+    else:  # one JSON document (any report or records), else JSON Lines of records
+        try:
+            orjson.loads(data)
+            suffix = ".json"
+        except orjson.JSONDecodeError:
+            suffix = ".jsonl"
+    with tempfile.TemporaryDirectory() as directory:
+        copy = Path(directory) / f"stdin{suffix}"
+        copy.write_bytes(data)
+        try:
+            input_file = read_input_file(copy, file_format)
+        except SourceError as error:
+            message = error.message
+            if file_format is None and data.lstrip()[:1] not in (b"{", b"["):
+                message += (
+                    "; standard input is read as JSON or JSON Lines unless --format "
+                    "names another format"
+                )
+            raise SourceError(
+                STANDARD_INPUT, message, line=error.line, column=error.column
+            ) from None
+        read_at = _modification_time(copy)
+    return replace(input_file, path=STANDARD_INPUT), read_at
 
 
 @click.command("publish")
@@ -89,13 +144,20 @@ def _modification_time(path: str) -> str:
     show_default="detected per file",
     help="Format of every FILE.",
 )
-@click.option("--test", help="Test id; for benchmark-tool reports, a prefix: TEST/benchmark-name.")
-@click.option(
-    "--run-id", help="Run id of every record; default: the record's own, else a content hash."
+@identity_option(
+    "--test", help="Test id; for benchmark-tool reports, a prefix: TEST/benchmark-name."
 )
-@click.option("--commit", help="Commit; default: the record's, else from CI variables or git.")
-@click.option("--branch", help="Branch; default: the record's, else from CI variables or git.")
-@click.option("--timestamp", help="RFC 3339 time; default: the record's, else the file's mtime.")
+@identity_option(
+    "--run-id", help="Run id of every record [default: the record's own, else a content hash]."
+)
+@identity_option("--commit", help="Commit [default: the record's, else from CI variables or git].")
+@branch_option
+@click.option(
+    "--timestamp",
+    type=RecordTime(),
+    help="Time: RFC 3339 with its offset, or a date (midnight UTC) [default: the record's, "
+    "else the file's modification time].",
+)
 @click.option(
     "--attr", "attrs", multiple=True, metavar="NAME=VALUE", help="Attribute (repeatable)."
 )
@@ -123,6 +185,8 @@ def publish(
     Google Benchmark, hyperfine or JMH JSON, counter samples: perfmon/typeperf CSV, or
     plain counter CSV with --format counters-csv, and the input-profile files of
     perfwatch profile and its pytest plugin) to the records topic, keyed by test id.
+    FILE - reads standard input: a JSON document or JSON Lines of records, a CSV with
+    --format.
 
     Every record is validated first; a file with an invalid record is reported
     (file, position, JSON path) and nothing from it is sent. Exits 0 only when
@@ -130,11 +194,6 @@ def publish(
     unreachable or a record not acknowledged).
     """
     config = load_command_config(config_path)
-    if timestamp is not None:
-        try:
-            parse_rfc3339(timestamp)
-        except ValueError as error:
-            raise click.BadParameter(str(error), param_hint="--timestamp") from None
     explicit = Identity(
         test=test,
         run_id=run_id,
@@ -145,16 +204,24 @@ def publish(
     )
     defaults = environment_identity(os.environ, Path.cwd()) if auto_identity else Identity()
 
+    if files.count(STANDARD_INPUT) > 1:
+        raise click.BadParameter(
+            f"{STANDARD_INPUT!r} (standard input) can be read once only", param_hint="FILES"
+        )
     ready: list[tuple[dict[str, Any], str]] = []
     rejected_files = 0
     for path in files:
         try:
-            input_file = read_input_file(path, file_format)
+            if path == STANDARD_INPUT:
+                input_file, fallback_timestamp = _read_standard_input(file_format)
+            else:
+                input_file = read_input_file(path, file_format)
+                fallback_timestamp = _modification_time(path)
             prepared, problems = prepare_file(
                 input_file,
                 explicit=explicit,
                 defaults=defaults,
-                fallback_timestamp=_modification_time(path),
+                fallback_timestamp=fallback_timestamp,
             )
         except SourceError as error:
             prepared, problems = [], [str(error)]
@@ -165,7 +232,8 @@ def publish(
             rejected_files += 1
             continue
         if not prepared:
-            click.echo(f"{path}: holds no records", err=True)
+            # not an error (a suite may have run no benchmark), but said as the others are
+            report(f"{path}: holds no records", level="warning")
         ready.extend(prepared)
 
     if run_id is not None:
@@ -211,3 +279,19 @@ def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> Non
         f"published {publisher.acknowledged} record(s) to {publisher.topic}; all acknowledged",
         err=True,
     )
+    if config.broker.url in (None, "embedded") and _in_ci(os.environ):
+        from perfwatch.brokers.embedded import default_data_dir
+
+        # On a CI runner the embedded broker ends with the job: most likely a broker URL
+        # (a secret, say) that is missing, not records meant for this machine.
+        report(
+            "no broker URL is set (--pulsar-url, PERFWATCH_BROKER_URL, [broker] url): the "
+            f"records went to the embedded broker in {default_data_dir()} on this CI "
+            "machine, which only a perfwatch serve on this machine reads",
+            level="warning",
+        )
+
+
+def _in_ci(env: Mapping[str, str]) -> bool:
+    """Whether this runs in a CI job: the CI variable most CI systems set."""
+    return env.get("CI", "").strip().lower() in ("true", "1", "yes")

@@ -11,7 +11,7 @@ import click
 import orjson
 
 from perfwatch._optional import require
-from perfwatch.cli.errors import InputError
+from perfwatch.cli.errors import EXIT_FOUND, InputError
 from perfwatch.cli.flags import FiniteFloatRange, output_format_option
 from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.input_attributes import (
@@ -159,6 +159,13 @@ class Share(click.ParamType):
 )
 @output_format_option()
 @click.option(
+    "--exit-code",
+    is_flag=True,
+    help="With --update: exit status 1 when the suite should run, 0 when it may be skipped "
+    "(as git diff --exit-code does for differences), so a pipeline can branch on it; 2 "
+    "stays bad input.",
+)
+@click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Draw the clusters (and the judged inputs) to this PNG file.",
@@ -196,6 +203,7 @@ def recommend(
     scaling: str,
     time_kind: str,
     output_format: str,
+    exit_code: bool,
     plot: Path | None,
     plot_x: str,
     plot_y: str,
@@ -208,7 +216,8 @@ def recommend(
     by input: its paired change of time, with a confidence interval, against the
     acceptable slow-down. Each cluster decides by its own inputs and the suite
     should run when any cluster is slower. --rule paper applies the paper's
-    time thresholds and slope check with one pooled vote instead.
+    time thresholds and slope check with one pooled vote instead. Exits 0 either way
+    unless --exit-code asks for 1 when the suite should run.
     """
     # scikit-learn loads with the recommender: not for `recommend --help`
     from perfwatch.detectors.inputs import (
@@ -220,6 +229,8 @@ def recommend(
 
     if reference is not None and update is None:
         raise click.UsageError("--reference is the old code's side of --update: give --update too")
+    if exit_code and update is None:
+        raise click.UsageError("--exit-code tells the recommendation for --update: give --update")
     baseline_file = _read(baseline)
     chosen = tuple(name.strip() for name in attributes.split(",") if name.strip())
     try:
@@ -292,18 +303,19 @@ def recommend(
             if command is not None:
                 document["recommendation"]["advice"]["command"] = command
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
-        return
-    if recommendation is None:
+    elif recommendation is None:
         click.echo(_clustering_text(clustering))
         click.echo(f"\nSample to profile ({per_cluster} per cluster, seed {seed}):")
         for label, ids in sample.items():
             click.echo(f"  {clustering.cluster(label).name}: {' '.join(ids)}")
-        return
-    # the decision first; the clustering it rests on after it
-    click.echo(_recommendation_text(recommendation, command))
-    click.echo(f"\n{_clustering_text(clustering)}")
-    assert update_file is not None
-    click.echo(_cost_text(recommendation, baseline_file, update_file, reference_file))
+    else:
+        # the decision first; the clustering it rests on after it
+        click.echo(_recommendation_text(recommendation, command))
+        click.echo(f"\n{_clustering_text(clustering)}")
+        assert update_file is not None
+        click.echo(_cost_text(recommendation, baseline_file, update_file, reference_file))
+    if exit_code and recommendation is not None and recommendation.decision == "run":
+        raise SystemExit(EXIT_FOUND)
 
 
 def _read(path: Path) -> InputProfileFile:

@@ -19,6 +19,23 @@ def parse_rfc3339(text: str) -> datetime:
     return datetime.fromisoformat(text.upper())
 
 
+def parse_time_or_date(text: str) -> datetime:
+    """An RFC 3339 date-time, or a date ``YYYY-MM-DD`` taken as midnight UTC; ValueError
+    naming both forms otherwise (a time without its offset is refused: its zone is unknown)."""
+    try:
+        return parse_rfc3339(text)
+    except ValueError:
+        pass
+    try:
+        day = datetime.strptime(text, "%Y-%m-%d")
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither an RFC 3339 time with its offset (2024-05-01T02:00:00Z, "
+            "2024-05-01T04:00:00+02:00) nor a date (2024-05-01, midnight UTC)"
+        ) from None
+    return day.replace(tzinfo=UTC)
+
+
 def format_rfc3339(moment: datetime) -> str:
     """RFC 3339 text of a datetime; naive datetimes are taken as UTC, UTC is written ``Z``."""
     if moment.tzinfo is None:

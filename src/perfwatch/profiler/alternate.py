@@ -48,14 +48,15 @@ PYTEST_STATUSES = {
 }
 
 
-# How perfwatch starts pytest: as ``python -m pytest`` would, but Ctrl-C while pytest is
-# still importing itself or its plugins (before it handles Ctrl-C itself) ends the process
-# with status 130 instead of a traceback among perfwatch's messages.
+# How perfwatch starts pytest: as ``python -m pytest`` does, through pytest's ``__main__``
+# (its public entry point; the functions behind it are pytest's own business), but Ctrl-C
+# while pytest is still importing itself or its plugins (before it handles Ctrl-C itself)
+# ends the process with status 130 instead of a traceback among perfwatch's messages.
 _PYTEST_MAIN = """\
+import runpy
 import sys
 try:
-    import pytest
-    sys.exit(pytest.console_main())
+    runpy.run_module("pytest", run_name="__main__", alter_sys=True)
 except KeyboardInterrupt:
     sys.exit(130)
 """

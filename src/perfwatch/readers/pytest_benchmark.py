@@ -3,10 +3,11 @@
 One record per benchmark: the test id is the benchmark's `fullname`
 (`path::test[param]`), the metrics are its timing statistics in seconds plus
 operations per second (left out for the releases before 3.1, which did
-not compute it), the commit and branch come from the report's
-`commit_info` when pytest-benchmark could read them, and the time is the
-report's `datetime`. Parameters become `param.<name>` attributes and a group
-the `group` attribute.
+not compute it), the commit and branch come from the report's `commit_info`
+when pytest-benchmark could read them (its placeholders, such as the branch
+"(detached head)" of a CI checkout, are left out for the CI variables or git
+to fill), and the time is the report's `datetime`. Parameters become
+`param.<name>` attributes and a group the `group` attribute.
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ STATISTICS: dict[str, tuple[str, str]] = {
 # Releases before 3.1 have no `ops`; a report without it is complete.
 _ADDED_LATER = {"ops"}
 
-# What pytest-benchmark writes when it could not read the repository.
-_UNKNOWN_COMMIT = {"unversioned", ""}
-_UNKNOWN_BRANCH = {"(unknown)", ""}
+# What pytest-benchmark writes in place of what it could not learn: outside a repository
+# ("unversioned", "(unknown)"), when git failed ("unknown"), and on a commit checked out
+# alone, as CI checkouts are ("(detached head)"). None is a commit or branch name.
+_UNKNOWN_COMMIT = {"unversioned", "unknown", ""}
+_UNKNOWN_BRANCH = {"(unknown)", "(detached head)", ""}
 
 
 def looks_like_pytest_benchmark(document: Any) -> bool:

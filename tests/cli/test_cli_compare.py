@@ -72,6 +72,10 @@ def test_one_baseline_run_gives_no_verdict(files: dict) -> None:
     code, out, _ = invoke("--baseline", files["good"][0], "--target", files["regression"])
     assert code == 0, out
     assert out.startswith("no verdict: a baseline of one run shows no run-to-run variation")
+    # no z, no blame and no cluster marked ok: nothing was judged
+    assert "most unusual" not in out and ", z " not in out and ": ok," not in out
+    assert "clusters, largest excess error first:" in out
+    assert ": not judged, error " in out and "fit error on the baseline run " in out
     code, out, _ = invoke(
         "--baseline", files["good"][0], "--target", files["target"], "--format", "json"
     )

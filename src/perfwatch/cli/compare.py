@@ -224,18 +224,23 @@ def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> st
             "most unusual counters (z of their own model's error): "
             + ", ".join(f"{name} {z:.1f}" for name, z in result.blame)
         )
-    order = "most unusual" if result.decision == "pvalue" else "largest excess error"
+    unjudged = result.status == "insufficient_baseline"
+    order = "largest excess error"
+    if result.decision == "pvalue" and not unjudged:
+        order = "most unusual"
+    # with one baseline run the models were fitted on it: no run was left out
+    usual = "fit error on the baseline run" if result.baseline_runs == 1 else "usual on good runs"
     lines += ["", f"clusters, {order} first:"]
     for rank, cluster in enumerate(result.clusters, 1):
         mark = "REGRESSION" if cluster.flagged else "ok"
-        if cluster.excess_error is None:
+        if cluster.excess_error is None or unjudged:
             mark = "not judged"
         evidence = ""
         if result.decision == "pvalue" and cluster.z is not None:
             evidence = f", z {cluster.z:.1f}, p {_p(cluster.run_pvalue)} (all models)"
         lines.append(
             f"  [{rank}] cluster {cluster.cluster}: {mark}, error {_pct(cluster.error)}, "
-            f"usual on good runs {_pct(cluster.good_run_error)}, "
+            f"{usual} {_pct(cluster.good_run_error)}, "
             f"excess {_pct(cluster.excess_error)}{evidence}"
         )
         lines.append(

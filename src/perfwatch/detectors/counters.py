@@ -941,6 +941,7 @@ class CounterRegressionCheck(BaseEstimator):
                 )
                 for c in results
             ]
+        if self._ranks_by_z:
             results.sort(
                 key=lambda c: (c.pvalue is None, c.pvalue or 0.0, -(c.z or 0.0), c.cluster)
             )
@@ -1019,7 +1020,7 @@ class CounterRegressionCheck(BaseEstimator):
     ) -> ClusterResult:
         everyone = cluster.members + cluster.redundant
         if scores is not None:
-            ranking = scores.z if self.effective_decision == "pvalue" else scores.excess
+            ranking = scores.z if self._ranks_by_z else scores.excess
             position = int(np.argmax(ranking))
             dependent = pool[position]
         else:
@@ -1198,6 +1199,13 @@ class CounterRegressionCheck(BaseEstimator):
             good_score_variances=score_variances[1:].T,
         )
 
+    @property
+    def _ranks_by_z(self) -> bool:
+        """Whether models and clusters are ranked by z (the p-value rule) rather than by
+        excess error: with one baseline run there is no z (no run-to-run spread to judge
+        against), so the paper's excess error ranks them."""
+        return self.effective_decision == "pvalue" and len(self._run_slices) > 1
+
     def _tested(self) -> bool:
         return self.report_ or self.effective_decision == "pvalue"
 
@@ -1244,7 +1252,7 @@ class CounterRegressionCheck(BaseEstimator):
         scores.tests = int(exists.sum())
         if tested:
             scores.null = _null_pvalues(good_score[exists], good_variances[exists], prior)
-        ranking = z if self.effective_decision == "pvalue" else excess
+        ranking = z if self._ranks_by_z else excess
         chosen = np.where((strongest > 0) & (ranking[:, 1] > ranking[:, 0]), 1, 0)
         pick = (np.arange(size), chosen)
         scores.error = error.reshape(-1, 2)[pick]

@@ -227,6 +227,38 @@ def test_counters_present_on_one_side_only() -> None:
     assert reasons["heap"] == MISSING_IN_TARGET
 
 
+def without(samples: CounterSamples, name: str) -> CounterSamples:
+    keep = [i for i, n in enumerate(samples.names) if n != name]
+    return CounterSamples([samples.names[i] for i in keep], samples.values[:, keep], samples.label)
+
+
+def test_a_target_without_a_part_of_an_identity_is_judged_by_the_identity() -> None:
+    """total = cpu + log is removed as a linear identity of its parts. A target that
+    lacks cpu still records total, which carries the CPU regression: the check fits
+    again on the target's counters, judges total, and says why."""
+
+    def with_total(samples: CounterSamples) -> CounterSamples:
+        return with_counter(samples, "total", samples.column("cpu") + samples.column("log"))
+
+    check = CounterRegressionCheck().fit([with_total(r) for r in baseline(5)])
+    assert {r.counter: r.reason for r in check.removed_}["total"] == IDENTITY
+    slower = without(with_total(run(43, cpu_per_request=1.5)), "cpu")
+    result = check.check(slower)
+    assert result.regression and result.look_first[0] == "total"
+    missing = next(r for r in result.removed if r.counter == "cpu")
+    assert missing.reason == MISSING_IN_TARGET
+    assert "fitted again without it, so total" in missing.detail
+    assert {r.counter: r.reason for r in result.removed}.get("total") != IDENTITY
+    # a good run without cpu passes, and a target with every counter is judged as before
+    assert not check.check(without(with_total(run(40)), "cpu")).regression
+    complete = check.check(with_total(run(43, cpu_per_request=1.5)))
+    assert complete.regression and "cpu" in complete.look_first
+    assert {r.counter: r.reason for r in complete.removed}["total"] == IDENTITY
+    # a missing counter that no identity needs changes nothing in the fit
+    reasons = {r.counter: r.reason for r in check.check(without(slower, "disk")).removed}
+    assert reasons["disk"] == MISSING_IN_TARGET
+
+
 def test_missing_samples() -> None:
     rng = np.random.default_rng(22)
     runs = baseline()

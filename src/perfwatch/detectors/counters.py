@@ -717,6 +717,8 @@ class CounterRegressionCheck(BaseEstimator):
 
         self.names_ = names
         self.recorded_ = set().union(*(run.names for run in baseline_runs))
+        # kept to fit again on the counters a target has (``_fit_to_target``)
+        self._fitted_runs = list(baseline_runs)
         self.kept_ = [names[i] for i in kept]
         self.clusters_ = [c.members for c in clusters]
         self.redundant_members_ = [c.redundant for c in clusters]
@@ -850,6 +852,9 @@ class CounterRegressionCheck(BaseEstimator):
         (excess) prediction error exceeds the threshold. ``prepared_runs``: as in ``fit``."""
         if not hasattr(self, "clusters_"):
             raise RuntimeError("call fit(baseline_runs) before check(target)")
+        refit = self._fit_to_target(target)
+        if refit is not None:
+            return refit.check(target)
         removed = list(self.removed_)
         present = set(target.names)
         for name in sorted(present - self.recorded_):
@@ -980,6 +985,55 @@ class CounterRegressionCheck(BaseEstimator):
             tail_inflation=inflation,
             blame=blame[: self.look_first],
         )
+
+    def _fit_to_target(self, target: CounterSamples) -> CounterRegressionCheck | None:
+        """This check fitted again on the counters the target has, when the target lacks
+        a counter that made another one a linear identity: the identity was removed in
+        favour of its parts, so without one of them the counter it carried (% Processor
+        Time for a missing % User Time) would go unjudged and a regression in it unseen.
+        None when the target has every counter, or when the fit on its counters still
+        removes every such identity (nothing would be gained)."""
+        identities = {r.counter for r in self.removed_ if r.reason == IDENTITY}
+        present = set(target.names)
+        usable, mostly_missing = self._drop_mostly_missing(
+            [name for name in self.names_ if name in present], [target], "target"
+        )
+        absent = [name for name in self.names_ if name not in usable]
+        # the fit on the target's counters has no absent counter: it never fits again
+        if not absent or not identities & set(usable):
+            return None
+        runs = [
+            CounterSamples(usable, run.values[:, _columns(run, usable)], run.label)
+            for run in self._fitted_runs
+        ]
+        refit = clone(self)
+        if hasattr(self, "calibration_"):
+            refit.calibration_ = self.calibration_
+        try:
+            refit.fit(runs, report=self.report_)
+        except ValueError:
+            return None  # too few counters left to fit: judged as fitted, without them
+        recovered = sorted(identities & set(refit._baseline))
+        if not recovered:
+            return None
+        explained = ", ".join(recovered)
+        why = {r.counter: r.detail for r in mostly_missing}
+        # what the baseline recorded stays known: counters left out before the fit's
+        # analysis (missing in a baseline run) keep their reason, the absent ones get theirs
+        refit.recorded_ = self.recorded_
+        earlier = [r for r in self.removed_ if r.counter not in self.names_]
+        lacking = [
+            RemovedCounter(
+                name,
+                MOSTLY_MISSING if name in why else MISSING_IN_TARGET,
+                f"{why.get(name, 'not recorded in the target')}; the baseline was fitted "
+                f"again without it, so {explained}, which the first fit removed as a "
+                "linear identity of it and other counters, is judged in its place",
+            )
+            for name in absent
+        ]
+        refit.removed_ = earlier + lacking + refit.removed_
+        return refit
 
     def _pool(
         self, cluster: _Cluster, target_observed: dict[str, np.ndarray]

@@ -36,7 +36,7 @@ from perfwatch.adapters.pulsar import pulsar_processor
 from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.config import Config, ConsumerConfig, StoreConfig, TopicsConfig
 from perfwatch.contract.verdicts import CONFIRMED
-from perfwatch.dashboard import queries
+from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.analysis import ChangePointAnalysis
 from perfwatch.dashboard.app import DashboardSettings, create_app
 from perfwatch.dashboard.live import TopicSettings
@@ -577,7 +577,8 @@ def test_counter_view_shows_clusters_models_and_errors(
         assert row[4] == f"{100 * cluster['error']:.1f}%"
         assert row[5] == ("yes" if cluster["flagged"] else "no")
     errors = chart(page, "counter-errors")
-    assert errors["data"][0]["y"] == pytest.approx([100 * c["error"] for c in block["clusters"]])
+    expected = figures.counter_figures(block)["errors"]["data"][0]["y"]
+    assert errors["data"][0]["y"] == pytest.approx(expected)
     assert "REGRESSION" in page.inner_text("#counter-facts")
     screenshot(page, "counters")
 

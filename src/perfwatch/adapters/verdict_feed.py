@@ -199,7 +199,8 @@ def _percent(value: Any) -> str:
     return f"{value:+.1f}%" if isinstance(value, int | float) else ""
 
 
-def _pvalue(value: Any) -> str:
+def pvalue_text(value: Any) -> str:
+    """A p-value as the verdicts' lines show it (empty when there is none)."""
     return f"{value:.2g}" if isinstance(value, int | float) else ""
 
 
@@ -226,7 +227,7 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
         if isinstance(attributes, Mapping)
         else "",
         "change": _percent(evidence.get("forward_change_percent")),
-        "pvalue": _pvalue(evidence.get("pvalue")),
+        "pvalue": pvalue_text(evidence.get("pvalue")),
         "commit": str(commit)[:COMMIT_CHARS] if commit else "",
         "direction": direction,
         "emitted_at": str(verdict.get("emitted_at", "")),

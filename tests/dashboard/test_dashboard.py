@@ -544,6 +544,32 @@ def test_counter_error_chart_follows_the_rule_of_its_verdict(filled_store: State
     assert "no verdict" in charts["errors"]["layout"]["title"]["text"]
 
 
+def test_counter_header_gives_the_p_value_and_the_rate_it_was_judged_at(
+    filled_store: StateStore,
+) -> None:
+    (item,) = queries.counter_checks(filled_store)
+    block = item["verdict"]["counter_check"]
+    tests = sum(c["tests"] for c in block["clusters"])
+    flagged = sum(c["flagged"] for c in block["clusters"])
+    header = queries.counter_header(item)
+    assert header.startswith(
+        f"REGRESSION: api.search, run api.search#candidate — {flagged} of "
+        f"{len(block['clusters'])} cluster(s) flagged, p={block['pvalue']:.2g}, look first at "
+    )
+    assert header.endswith(
+        f"; p corrected for the {tests} models judged, flagged below the false-alarm rate "
+        "0.01, from 3 baseline runs each left out in turn"
+    )
+    threshold = {**block, "decision": "threshold", "alpha": None, "pvalue": None}
+    by_threshold = {**item, "verdict": {**item["verdict"], "counter_check": threshold}}
+    assert queries.counter_header(by_threshold).endswith(
+        "; flagged beyond the 30% threshold (fixed)"
+    )
+    one_run = {**block, "status": "insufficient_baseline"}
+    unjudged = {**item, "verdict": {**item["verdict"], "counter_check": one_run}}
+    assert "no verdict, a baseline of one run" in queries.counter_header(unjudged)
+
+
 # --- one set of numbers per change point: perfwatch analyze's ----------------------------------
 
 NIGHTLY = Path(__file__).resolve().parents[2] / "examples" / "nightly.jsonl"
@@ -865,6 +891,7 @@ def test_api_errors_name_the_parameter(client: TestClient) -> None:
 def test_api_counters_inputs_and_resources(client: TestClient) -> None:
     counters = client.get("/api/counters").json()
     assert counters["selected"]["kind"] == "counter_regression.detected"
+    assert counters["header"] == queries.counter_header(counters["selected"])
     assert set(counters["figures"]) == {"errors", "means"}
     inputs = client.get("/api/inputs", params={"x": "size", "y": "statements"}).json()
     assert inputs["figure"]["layout"]["xaxis"]["title"]["text"] == "size"

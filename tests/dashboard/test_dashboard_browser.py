@@ -575,11 +575,14 @@ def test_counter_view_shows_clusters_models_and_errors(
         assert row[1] == ", ".join(cluster["members"])
         assert row[2] == cluster["dependent"]
         assert row[4] == f"{100 * cluster['error']:.1f}%"
-        assert row[5] == ("yes" if cluster["flagged"] else "no")
+        assert row[5] == f"{100 * cluster['good_run_error']:.1f}%"
+        assert float(row[6]) == pytest.approx(cluster["familywise_pvalue"], rel=0.05)
+        assert row[7] == ("yes" if cluster["flagged"] else "no")
     errors = chart(page, "counter-errors")
     expected = figures.counter_figures(block)["errors"]["data"][0]["y"]
     assert errors["data"][0]["y"] == pytest.approx(expected)
-    assert "REGRESSION" in page.inner_text("#counter-facts")
+    assert page.inner_text("#counter-facts") == queries.counter_header(check)
+    assert "false-alarm rate 0.01" in page.inner_text("#counter-facts")
     screenshot(page, "counters")
 
 

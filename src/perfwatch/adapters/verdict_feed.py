@@ -290,7 +290,7 @@ def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> 
         return label, "(confirmed)" if action == "confirmed" else ""
     if kind.startswith("counter_"):
         label = _COUNTER_LABELS.get(kind, kind.upper())
-        return label, f"(counters: {_counter_detail(block(verdict, 'counter_check'))})"
+        return label, f"(counters: {counter_detail(block(verdict, 'counter_check'))})"
     if kind.startswith("incident."):
         return "INCIDENT", _incident_detail(block(verdict, "incident"))
     if kind == "recommendation":
@@ -306,7 +306,7 @@ _INCIDENT_MEMBERS_SHOWN = 10
 _LOOK_FIRST_SHOWN = 3
 
 
-def _counter_detail(check: Mapping[str, Any]) -> str:
+def counter_detail(check: Mapping[str, Any]) -> str:
     """`1 of 2 cluster(s) flagged, p=1.1e-13, look first at cpu, requests`; what a
     counter check without a verdict (one baseline run) is instead."""
     outcome = check.get("status", check.get("verdict"))

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from perfwatch.adapters.verdict_feed import summary_fields
+from perfwatch.adapters.verdict_feed import block, counter_detail, listed, summary_fields
 from perfwatch.contract.models import InputProfile
 from perfwatch.dashboard.analysis import ChangePointAnalysis, episodes, status_of
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
@@ -396,6 +396,29 @@ def counter_checks(store: StateStore, test: str | None = None) -> list[dict[str,
             item["run"] = None if point is None else _point_dict(point)
             items.append(item)
     return items
+
+
+def counter_header(item: Mapping[str, Any]) -> str:
+    """The counter view's line about one counter-check verdict (a `counter_checks` item):
+    its outcome as the verdict's line gives it, then the rule it was judged by, with the
+    false-alarm rate a p-value is compared with, or the threshold."""
+    facts = item["facts"]
+    check = block(item["verdict"], "counter_check")
+    line = f"{facts['label']}: {facts['test']}, run {facts['run_id']} — {counter_detail(check)}"
+    runs = block(check, "baseline").get("runs")
+    if check.get("status", check.get("verdict")) == "insufficient_baseline":
+        return f"{line}; the chart and table show the models' errors only"
+    alpha, threshold = check.get("alpha"), check.get("threshold")
+    if check.get("decision") == "pvalue" and isinstance(alpha, int | float):
+        tests = sum(c.get("tests", 0) for c in listed(check, "clusters") if isinstance(c, Mapping))
+        return (
+            f"{line}; p corrected for the {tests} models judged, flagged below the "
+            f"false-alarm rate {alpha:g}, from {runs} baseline runs each left out in turn"
+        )
+    if isinstance(threshold, int | float):
+        source = check.get("threshold_source", "fixed")
+        return f"{line}; flagged beyond the {100 * threshold:g}% threshold ({source})"
+    return line
 
 
 def recommendations(store: StateStore, test: str | None = None) -> list[dict[str, Any]]:

@@ -311,7 +311,7 @@ def _counter_rule(check: Mapping[str, Any]) -> _CounterRule:
             "error",
             lambda error: 100 * error,
             None,
-            "Prediction error of each cluster's model (no verdict: one baseline run)",
+            "Error of each cluster's model (no verdict: one baseline run)",
             "mean absolute percentage error (%)",
         )
     alpha = check.get("alpha")
@@ -320,18 +320,16 @@ def _counter_rule(check: Mapping[str, Any]) -> _CounterRule:
             "familywise_pvalue",
             lambda pvalue: -math.log10(max(pvalue, _SMALLEST_PVALUE)),
             -math.log10(alpha),
-            f"p-value of each cluster, corrected for every model judged "
-            f"(dotted: false-alarm rate {alpha:g}; above it: flagged)",
-            "-log10 p",
+            f"Cluster p-value, all models (dotted: false-alarm rate {alpha:g})",
+            "-log10 p (above the line: flagged)",
         )
     threshold = check.get("threshold")
     return _CounterRule(
         "excess_error",
         lambda excess: 100 * excess,
         100 * threshold if isinstance(threshold, int | float) else None,
-        "Prediction error beyond each cluster model's usual error "
-        "(dotted: threshold; above it: flagged)",
-        "excess error (%)",
+        "Error beyond the model's usual error (dotted: threshold)",
+        "excess error, % (above the line: flagged)",
     )
 
 

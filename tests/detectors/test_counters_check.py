@@ -190,6 +190,21 @@ def test_constant_target_counter_and_zeros_in_the_dependent() -> None:
     assert all(c.error is None or c.error < 2 for c in result.clusters)
 
 
+def test_a_target_no_cluster_model_can_be_judged_on_is_an_error_not_a_pass() -> None:
+    """The target shares with the baseline only a counter that was constant there: nothing
+    can be modelled, and a pass would read as a clean bill of health."""
+    runs = [with_counter(r, "errors", np.zeros(300)) for r in baseline()]
+    only = CounterSamples(["errors"], (np.arange(300) % 50 == 0).astype(float)[:, None], "t")
+    check = CounterRegressionCheck().fit(runs)
+    with pytest.raises(ValueError, match=r"t: no cluster model can be judged .* \(errors\)"):
+        check.check(only)
+    with pytest.raises(ValueError, match="errors: constant \\(0\\) in the baseline but varies"):
+        check.check(only)
+    threshold = CounterRegressionCheck(decision="threshold").fit(runs)
+    with pytest.raises(ValueError, match="no cluster model can be judged"):
+        threshold.check(only)
+
+
 def test_a_counter_that_is_usually_zero_is_never_the_dependent() -> None:
     rng = np.random.default_rng(21)
 

@@ -954,6 +954,14 @@ class CounterRegressionCheck(BaseEstimator):
             results.sort(
                 key=lambda c: (c.excess_error is None, -(c.excess_error or 0.0), c.cluster)
             )
+        if all(c.excess_error is None for c in results):
+            # a pass that judged nothing would read as a clean bill of health
+            why = [f"{r.counter}: {r.detail}" for r in removed if r.counter in wanted]
+            raise ValueError(
+                f"{_run_label(target, 0)}: no cluster model can be judged on the counters it "
+                f"shares with the baseline ({', '.join(wanted)}); it needs the counters of at "
+                "least one cluster" + (f" ({'; '.join(why)})" if why else "")
+            )
         flagged = [c for c in results if c.flagged]
         blame = _blame(results)
         if self.effective_decision == "pvalue":

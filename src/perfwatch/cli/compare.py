@@ -278,7 +278,7 @@ def _pvalue_headline(result: CounterCheckResult, judged: int) -> str:
             "against; give two or more good runs (the errors below are the paper's figures)"
         )
     evidence = (
-        f"p {_p(result.pvalue)}, z {_z(result.z)} (corrected for the "
+        f"p {_p(result.pvalue)}{_z(result.z)} (corrected for the "
         f"{sum(c.tests for c in result.clusters)} models judged; false-alarm rate "
         f"{_pct(result.alpha)}, from {result.baseline_runs} baseline runs left out in turn)"
     )
@@ -292,7 +292,8 @@ def _p(value: float | None) -> str:
 
 
 def _z(value: float | None) -> str:
-    return "--" if value is None else f"{value:.1f}"
+    """`, z 7.3`; nothing where the p-value has no finite normal score (p = 1)."""
+    return "" if value is None else f", z {value:.1f}"
 
 
 def _pct(value: float | None) -> str:

@@ -584,6 +584,14 @@ def test_counter_view_shows_clusters_models_and_errors(
     assert page.inner_text("#counter-facts") == queries.counter_header(check)
     assert "false-alarm rate 0.01" in page.inner_text("#counter-facts")
     screenshot(page, "counters")
+    # against one baseline run nothing was judged, and the usual error is the fit's own
+    load(page, f"{dashboard_url}/counters?verdict={checks[1]['verdict_id']}")
+    block = checks[1]["verdict"]["counter_check"]
+    rows = table(page, "#cluster-table")
+    for row, cluster in zip(rows, block["clusters"], strict=True):
+        assert row[5] == f"{100 * cluster['good_run_error']:.1f}% in-sample"
+        assert row[6] == "" and row[7] == "not judged"
+    assert page.inner_text("#counter-facts") == queries.counter_header(checks[1])
 
 
 def test_run_or_skip_view_shows_clusters_and_votes(

@@ -462,6 +462,9 @@ async function initCounters() {
     }
     const check = data.selected.verdict.counter_check;
     facts.textContent = data.header;
+    const unjudged = check.status === "insufficient_baseline";
+    // one baseline run: its "usual" error is the model's error on the run it was fitted on
+    const inSample = (check.baseline || {}).runs === 1;
     await plot("counter-errors", data.figures.errors);
     await plot("counter-means", data.figures.means);
     for (const c of check.clusters) {
@@ -473,9 +476,10 @@ async function initCounters() {
       cell(tr, c.dependent);
       cell(tr, c.model);
       cell(tr, percentCell(c.error), "num");
-      cell(tr, percentCell(c.good_run_error), "num");
+      const usual = percentCell(c.good_run_error);
+      cell(tr, inSample && usual ? `${usual} in-sample` : usual, "num");
       cell(tr, pvalueCell(c.familywise_pvalue), "num");
-      cell(tr, c.flagged ? "yes" : "no");
+      cell(tr, unjudged || c.excess_error === null ? "not judged" : c.flagged ? "yes" : "no");
       cell(tr, number(c.baseline_mean), "num");
       cell(tr, number(c.target_mean), "num");
       cell(

@@ -205,6 +205,16 @@ def test_a_target_no_cluster_model_can_be_judged_on_is_an_error_not_a_pass() -> 
         threshold.check(only)
 
 
+def test_a_target_sharing_no_counter_names_both_sides() -> None:
+    other = CounterSamples(["gc_pauses", "queue"], np.ones((300, 2)), "other.csv")
+    with pytest.raises(ValueError) as raised:
+        CounterRegressionCheck().fit(baseline()).check(other)
+    assert str(raised.value) == (
+        "other.csv: no counter of the baseline to check (the target records gc_pauses, "
+        "queue; the baseline models cpu, disk, heap and 3 more)"
+    )
+
+
 def test_a_counter_that_is_usually_zero_is_never_the_dependent() -> None:
     rng = np.random.default_rng(21)
 

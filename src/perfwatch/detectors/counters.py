@@ -870,7 +870,11 @@ class CounterRegressionCheck(BaseEstimator):
         )
         removed += mostly_missing
         if not wanted:
-            raise ValueError(f"{_run_label(target, 0)}: no counter of the baseline to check")
+            raise ValueError(
+                f"{_run_label(target, 0)}: no counter of the baseline to check (the target "
+                f"records {_some(sorted(target.names))}; the baseline "
+                f"models {_some(sorted(used))})"
+            )
         shared = PreparedRuns() if prepared_runs is None else prepared_runs
         prepared = shared.get(self, target, wanted, 0)
         values = dict(zip(wanted, prepared.values.T, strict=True))
@@ -959,7 +963,7 @@ class CounterRegressionCheck(BaseEstimator):
             why = [f"{r.counter}: {r.detail}" for r in removed if r.counter in wanted]
             raise ValueError(
                 f"{_run_label(target, 0)}: no cluster model can be judged on the counters it "
-                f"shares with the baseline ({', '.join(wanted)}); it needs the counters of at "
+                f"shares with the baseline ({_some(wanted)}); it needs the counters of at "
                 "least one cluster" + (f" ({'; '.join(why)})" if why else "")
             )
         flagged = [c for c in results if c.flagged]
@@ -1711,6 +1715,12 @@ def _constant_tolerance(magnitude: np.ndarray) -> np.ndarray:
 
 def _run_label(run: CounterSamples, index: int) -> str:
     return run.label or f"run {index + 1}"
+
+
+def _some(names: list[str]) -> str:
+    """The first three names, then how many more (a message's glimpse of a list)."""
+    shown = ", ".join(names[:3]) or "nothing"
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _format_levels(levels: list[float]) -> str:

@@ -558,7 +558,7 @@ def test_counter_header_gives_the_p_value_and_the_rate_it_was_judged_at(
     )
     assert header.endswith(
         f"; p corrected for the {tests} models judged, flagged below the false-alarm rate "
-        "0.01, from 3 baseline runs each left out in turn"
+        "1%, from 3 baseline runs each left out in turn"
     )
     threshold = {**block, "decision": "threshold", "alpha": None, "pvalue": None}
     by_threshold = {**item, "verdict": {**item["verdict"], "counter_check": threshold}}

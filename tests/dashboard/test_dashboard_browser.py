@@ -582,7 +582,7 @@ def test_counter_view_shows_clusters_models_and_errors(
     expected = figures.counter_figures(block)["errors"]["data"][0]["y"]
     assert errors["data"][0]["y"] == pytest.approx(expected)
     assert page.inner_text("#counter-facts") == queries.counter_header(check)
-    assert "false-alarm rate 0.01" in page.inner_text("#counter-facts")
+    assert "false-alarm rate 1%" in page.inner_text("#counter-facts")
     screenshot(page, "counters")
     # against one baseline run nothing was judged, and the usual error is the fit's own
     load(page, f"{dashboard_url}/counters?verdict={checks[1]['verdict_id']}")

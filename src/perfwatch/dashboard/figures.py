@@ -320,7 +320,7 @@ def _counter_rule(check: Mapping[str, Any]) -> _CounterRule:
             "familywise_pvalue",
             lambda pvalue: -math.log10(max(pvalue, _SMALLEST_PVALUE)),
             -math.log10(alpha),
-            f"Cluster p-value, all models (dotted: false-alarm rate {alpha:g})",
+            f"Cluster p-value, all models (dotted: false-alarm rate {100 * alpha:g}%)",
             "-log10 p (above the line: flagged)",
         )
     threshold = check.get("threshold")

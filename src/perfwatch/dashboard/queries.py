@@ -413,7 +413,7 @@ def counter_header(item: Mapping[str, Any]) -> str:
         tests = sum(c.get("tests", 0) for c in listed(check, "clusters") if isinstance(c, Mapping))
         return (
             f"{line}; p corrected for the {tests} models judged, flagged below the "
-            f"false-alarm rate {alpha:g}, from {runs} baseline runs each left out in turn"
+            f"false-alarm rate {100 * alpha:g}%, from {runs} baseline runs each left out in turn"
         )
     if isinstance(threshold, int | float):
         source = check.get("threshold_source", "fixed")

@@ -844,6 +844,18 @@ def test_counter_run_picker_names_the_runs_own_date_and_commit(tmp_path: Path) -
         assert item["run"]["commit"] == hashlib.sha1(b"commit-1").hexdigest()
         add_check_verdict(store, replace(checked, verdict_id="0" * 32, record_run_id="elsewhere"))
         assert queries.counter_checks(store)[0]["run"] is None
+        # a run with counters only: its time and commit as the stream's verdict gives them
+        block = checked.counter_check or {}
+        target = {**block["target"], "time": "2024-03-09T02:00:00Z", "commit": "abc"}
+        counters_only = replace(
+            checked,
+            verdict_id="1" * 32,
+            record_run_id="api.search#counters",
+            counter_check={**block, "target": target},
+        )
+        add_check_verdict(store, counters_only)
+        run = queries.counter_checks(store)[0]["run"]
+        assert (run["time"], run["commit"]) == ("2024-03-09T02:00:00Z", "abc")
 
 
 # --- the application --------------------------------------------------------------------------

@@ -378,8 +378,8 @@ def run_points(store: StateStore, test: str, attributes: Mapping[str, str]) -> d
 
 def counter_checks(store: StateStore, test: str | None = None) -> list[dict[str, Any]]:
     """Counter-check verdicts (regressions and passes), newest first, optionally of one test;
-    each with `run`, the checked run's own time and commit (None when the store has no
-    metric of that run)."""
+    each with `run`, the checked run's own time and commit: from its metrics' points, else
+    as the verdict's `counter_check.target` gives them (None when neither has them)."""
     items = []
     known: dict[str, dict[str, Point]] = {}
     for entry in reversed(list(store.verdicts())):
@@ -392,10 +392,21 @@ def counter_checks(store: StateStore, test: str | None = None) -> list[dict[str,
             test_key = SeriesKey.of(item["facts"]["test"], "", attributes).canonical
             if test_key not in known:
                 known[test_key] = run_points(store, item["facts"]["test"], attributes)
-            point = known[test_key].get(item["verdict"].get("record_run_id", ""))
-            item["run"] = None if point is None else _point_dict(point)
+            run_id = item["verdict"].get("record_run_id", "")
+            point = known[test_key].get(run_id)
+            item["run"] = (
+                _checked_run(item["verdict"], run_id) if point is None else _point_dict(point)
+            )
             items.append(item)
     return items
+
+
+def _checked_run(verdict: Mapping[str, Any], run_id: str) -> dict[str, Any] | None:
+    """The checked run's time and commit as the counter verdict carries them."""
+    target = block(block(verdict, "counter_check"), "target")
+    if not isinstance(target.get("time"), str):
+        return None
+    return {"run_id": run_id, "time": target["time"], "commit": target.get("commit")}
 
 
 def counter_header(item: Mapping[str, Any]) -> str:

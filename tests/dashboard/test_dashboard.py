@@ -563,7 +563,7 @@ def test_counter_header_gives_the_p_value_and_the_rate_it_was_judged_at(
     threshold = {**block, "decision": "threshold", "alpha": None, "pvalue": None}
     by_threshold = {**item, "verdict": {**item["verdict"], "counter_check": threshold}}
     assert queries.counter_header(by_threshold).endswith(
-        "; flagged beyond the 30% threshold (fixed)"
+        "more; a fixed threshold on each model's error beyond its usual error"
     )
     one_run = {**block, "status": "insufficient_baseline"}
     unjudged = {**item, "verdict": {**item["verdict"], "counter_check": one_run}}

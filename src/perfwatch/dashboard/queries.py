@@ -428,7 +428,7 @@ def counter_header(item: Mapping[str, Any]) -> str:
         )
     if isinstance(threshold, int | float):
         source = check.get("threshold_source", "fixed")
-        return f"{line}; flagged beyond the {100 * threshold:g}% threshold ({source})"
+        return f"{line}; a {source} threshold on each model's error beyond its usual error"
     return line
 
 

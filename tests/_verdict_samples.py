@@ -50,8 +50,19 @@ def verdict(
     if kind in ("change_point.updated", "change_point.retracted"):
         blocks["previous"] = evidence(direction, change / 2)
     if kind.startswith("counter_"):
-        outcome = "regression" if kind == "counter_regression.detected" else "passed"
-        blocks["counter_check"] = {"verdict": outcome, "clusters": [{"counters": ["cpu", "io"]}]}
+        outcome = {
+            "counter_regression.detected": "regression",
+            "counter_check.insufficient_baseline": "insufficient_baseline",
+        }.get(kind, "pass")
+        blocks["counter_check"] = {
+            "verdict": outcome,
+            "pvalue": 0.00042 if outcome == "regression" else 0.61,
+            "look_first": ["cpu", "requests", "net", "io"] if outcome == "regression" else [],
+            "clusters": [
+                {"members": ["cpu", "requests", "net"], "flagged": outcome == "regression"},
+                {"members": ["io", "disk"], "flagged": False},
+            ],
+        }
         metric = None
     if kind == "recommendation":
         blocks["recommendation"] = {"decision": "run", "run_share": 0.67, "votes": []}

@@ -68,10 +68,22 @@ def test_good_run_exits_0_with_the_verdict_first(files: dict) -> None:
     assert "clusters, most unusual first:" in out
 
 
+def test_a_pass_at_p_1_gives_no_empty_z(files: dict) -> None:
+    """p = 1 has no finite normal score: the headline leaves z out instead of 'z --'."""
+    code, out, _ = invoke("--baseline", *files["good"], "--target", files["good"][0])
+    assert code == 0, out
+    assert out.startswith("no regression: p 1 (corrected for the "), out
+    assert "--" not in out.splitlines()[0]
+
+
 def test_one_baseline_run_gives_no_verdict(files: dict) -> None:
     code, out, _ = invoke("--baseline", files["good"][0], "--target", files["regression"])
     assert code == 0, out
     assert out.startswith("no verdict: a baseline of one run shows no run-to-run variation")
+    # no z, no blame and no cluster marked ok: nothing was judged
+    assert "most unusual" not in out and ", z " not in out and ": ok," not in out
+    assert "clusters, largest excess error first:" in out
+    assert ": not judged, error " in out and "fit error on the baseline run " in out
     code, out, _ = invoke(
         "--baseline", files["good"][0], "--target", files["target"], "--format", "json"
     )

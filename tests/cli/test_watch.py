@@ -62,8 +62,20 @@ PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"
         ),
         (
             verdict("counter_regression.detected"),
-            "2024-05-01T12:00:00Z  REGRESSION  api/search (counters: regression, 1 cluster(s)) "
+            "2024-05-01T12:00:00Z  REGRESSION  api/search (counters: 1 of 2 cluster(s) flagged, "
+            "p=0.00042, look first at cpu, requests, net and 1 more) "
             "[branch=main]  counter_regression.detected",
+        ),
+        (
+            verdict("counter_check.passed"),
+            "2024-05-01T12:00:00Z  PASSED      api/search (counters: 0 of 2 cluster(s) flagged, "
+            "p=0.61) [branch=main]  counter_check.passed",
+        ),
+        (
+            verdict("counter_check.insufficient_baseline"),
+            "2024-05-01T12:00:00Z  NO VERDICT  api/search (counters: no verdict, a baseline of "
+            "one run shows no run-to-run variation to judge by) "
+            "[branch=main]  counter_check.insufficient_baseline",
         ),
         (
             verdict("recommendation"),
@@ -76,6 +88,15 @@ def test_verdict_line(document: dict, expected: str) -> None:
     line = verdict_line(document)
     assert click.unstyle(line) == expected
     assert line != expected  # coloured until click.echo strips it for a non-terminal
+
+
+def test_a_counter_verdict_of_the_threshold_rule_names_its_threshold() -> None:
+    document = verdict("counter_regression.detected")
+    document["counter_check"].update(pvalue=None, decision="threshold", threshold=0.3)
+    assert summary_fields(document)["detail"] == (
+        "(counters: 1 of 2 cluster(s) flagged, threshold 30%, "
+        "look first at cpu, requests, net and 1 more)"
+    )
 
 
 def test_regression_line_is_red() -> None:

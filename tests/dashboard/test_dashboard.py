@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, replace
@@ -499,17 +500,74 @@ def test_series_figure_x_axis_shows_run_dates_or_commits(filled_store: StateStor
     assert axis["ticktext"] == expected and len(expected) <= 12 and axis["tickvals"][0] == 0
 
 
-def test_counter_figures_show_errors_against_the_threshold(filled_store: StateStore) -> None:
+def test_counter_error_chart_follows_the_rule_of_its_verdict(filled_store: StateStore) -> None:
+    """The chart shows what the verdict compared with its limit, the limit dotted: a bar
+    beyond the line is a cluster the verdict flagged, under either rule; against one
+    baseline run (no verdict) the errors without a line."""
     (item,) = queries.counter_checks(filled_store)
     block = item["verdict"]["counter_check"]
+    assert block["decision"] == "pvalue"
     charts = figures.counter_figures(block)
-    modelled = [c for c in block["clusters"] if c["error"] is not None]
-    assert charts["errors"]["data"][0]["y"] == pytest.approx([100 * c["error"] for c in modelled])
-    assert charts["errors"]["layout"]["shapes"][0]["y0"] == pytest.approx(100 * block["threshold"])
-    flagged = [c for c in modelled if c["flagged"]]
+    judged = [c for c in block["clusters"] if c["familywise_pvalue"] is not None]
+    bars = charts["errors"]["data"][0]
+    assert bars["y"] == pytest.approx([-math.log10(c["familywise_pvalue"]) for c in judged])
+    line = charts["errors"]["layout"]["shapes"][0]["y0"]
+    assert line == pytest.approx(-math.log10(block["alpha"]))
+    assert [y > line for y in bars["y"]] == [c["flagged"] for c in judged]
+    flagged = [c for c in judged if c["flagged"]]
     assert flagged and any("memory" in c["members"] for c in flagged)
+    red = figures.STATUS_COLOURS["regression"]
+    assert [colour == red for colour in bars["marker"]["color"]] == [c["flagged"] for c in judged]
+    modelled = [c for c in block["clusters"] if c["error"] is not None]
     ratios = charts["means"]["data"][1]["y"]
     assert ratios == pytest.approx([100 * c["target_mean"] / c["baseline_mean"] for c in modelled])
+
+    rng = np.random.default_rng(5)
+    baseline = [counter_run(rng, 120, False, f"good-{k}") for k in range(3)]
+    broken = counter_run(rng, 120, True, "candidate")
+    by_threshold = CounterRegressionCheck(decision="threshold", threshold=0.05)
+    block = by_threshold.fit(baseline).check(broken).to_dict()
+    charts = figures.counter_figures(block)
+    judged = [c for c in block["clusters"] if c["excess_error"] is not None]
+    bars = charts["errors"]["data"][0]
+    assert bars["y"] == pytest.approx([100 * c["excess_error"] for c in judged])
+    line = charts["errors"]["layout"]["shapes"][0]["y0"]
+    assert line == pytest.approx(100 * block["threshold"])
+    assert [y > line for y in bars["y"]] == [c["flagged"] for c in judged]
+    assert any(c["flagged"] for c in judged) and not all(c["flagged"] for c in judged)
+
+    block = CounterRegressionCheck().fit(baseline[:1]).check(broken).to_dict()
+    assert block["status"] == "insufficient_baseline"
+    charts = figures.counter_figures(block)
+    assert charts["errors"]["layout"]["shapes"] == []
+    assert red not in charts["errors"]["data"][0]["marker"]["color"]
+    assert "no verdict" in charts["errors"]["layout"]["title"]["text"]
+
+
+def test_counter_header_gives_the_p_value_and_the_rate_it_was_judged_at(
+    filled_store: StateStore,
+) -> None:
+    (item,) = queries.counter_checks(filled_store)
+    block = item["verdict"]["counter_check"]
+    tests = sum(c["tests"] for c in block["clusters"])
+    flagged = sum(c["flagged"] for c in block["clusters"])
+    header = queries.counter_header(item)
+    assert header.startswith(
+        f"REGRESSION: api.search, run api.search#candidate — {flagged} of "
+        f"{len(block['clusters'])} cluster(s) flagged, p={block['pvalue']:.2g}, look first at "
+    )
+    assert header.endswith(
+        f"; p corrected for the {tests} models judged, flagged below the false-alarm rate "
+        "1%, from 3 baseline runs each left out in turn"
+    )
+    threshold = {**block, "decision": "threshold", "alpha": None, "pvalue": None}
+    by_threshold = {**item, "verdict": {**item["verdict"], "counter_check": threshold}}
+    assert queries.counter_header(by_threshold).endswith(
+        "more; a fixed threshold on each model's error beyond its usual error"
+    )
+    one_run = {**block, "status": "insufficient_baseline"}
+    unjudged = {**item, "verdict": {**item["verdict"], "counter_check": one_run}}
+    assert "no verdict, a baseline of one run" in queries.counter_header(unjudged)
 
 
 # --- one set of numbers per change point: perfwatch analyze's ----------------------------------
@@ -786,6 +844,18 @@ def test_counter_run_picker_names_the_runs_own_date_and_commit(tmp_path: Path) -
         assert item["run"]["commit"] == hashlib.sha1(b"commit-1").hexdigest()
         add_check_verdict(store, replace(checked, verdict_id="0" * 32, record_run_id="elsewhere"))
         assert queries.counter_checks(store)[0]["run"] is None
+        # a run with counters only: its time and commit as the stream's verdict gives them
+        block = checked.counter_check or {}
+        target = {**block["target"], "time": "2024-03-09T02:00:00Z", "commit": "abc"}
+        counters_only = replace(
+            checked,
+            verdict_id="1" * 32,
+            record_run_id="api.search#counters",
+            counter_check={**block, "target": target},
+        )
+        add_check_verdict(store, counters_only)
+        run = queries.counter_checks(store)[0]["run"]
+        assert (run["time"], run["commit"]) == ("2024-03-09T02:00:00Z", "abc")
 
 
 # --- the application --------------------------------------------------------------------------
@@ -833,6 +903,7 @@ def test_api_errors_name_the_parameter(client: TestClient) -> None:
 def test_api_counters_inputs_and_resources(client: TestClient) -> None:
     counters = client.get("/api/counters").json()
     assert counters["selected"]["kind"] == "counter_regression.detected"
+    assert counters["header"] == queries.counter_header(counters["selected"])
     assert set(counters["figures"]) == {"errors", "means"}
     inputs = client.get("/api/inputs", params={"x": "size", "y": "statements"}).json()
     assert inputs["figure"]["layout"]["xaxis"]["title"]["text"] == "size"

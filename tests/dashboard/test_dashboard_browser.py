@@ -36,7 +36,7 @@ from perfwatch.adapters.pulsar import pulsar_processor
 from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.config import Config, ConsumerConfig, StoreConfig, TopicsConfig
 from perfwatch.contract.verdicts import CONFIRMED
-from perfwatch.dashboard import queries
+from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.analysis import ChangePointAnalysis
 from perfwatch.dashboard.app import DashboardSettings, create_app
 from perfwatch.dashboard.live import TopicSettings
@@ -575,11 +575,23 @@ def test_counter_view_shows_clusters_models_and_errors(
         assert row[1] == ", ".join(cluster["members"])
         assert row[2] == cluster["dependent"]
         assert row[4] == f"{100 * cluster['error']:.1f}%"
-        assert row[5] == ("yes" if cluster["flagged"] else "no")
+        assert row[5] == f"{100 * cluster['good_run_error']:.1f}%"
+        assert float(row[6]) == pytest.approx(cluster["familywise_pvalue"], rel=0.05)
+        assert row[7] == ("yes" if cluster["flagged"] else "no")
     errors = chart(page, "counter-errors")
-    assert errors["data"][0]["y"] == pytest.approx([100 * c["error"] for c in block["clusters"]])
-    assert "REGRESSION" in page.inner_text("#counter-facts")
+    expected = figures.counter_figures(block)["errors"]["data"][0]["y"]
+    assert errors["data"][0]["y"] == pytest.approx(expected)
+    assert page.inner_text("#counter-facts") == queries.counter_header(check)
+    assert "false-alarm rate 1%" in page.inner_text("#counter-facts")
     screenshot(page, "counters")
+    # against one baseline run nothing was judged, and the usual error is the fit's own
+    load(page, f"{dashboard_url}/counters?verdict={checks[1]['verdict_id']}")
+    block = checks[1]["verdict"]["counter_check"]
+    rows = table(page, "#cluster-table")
+    for row, cluster in zip(rows, block["clusters"], strict=True):
+        assert row[5] == f"{100 * cluster['good_run_error']:.1f}% in-sample"
+        assert row[6] == "" and row[7] == "not judged"
+    assert page.inner_text("#counter-facts") == queries.counter_header(checks[1])
 
 
 def test_run_or_skip_view_shows_clusters_and_votes(

@@ -60,10 +60,9 @@ def test_excess_error_test_by_hand() -> None:
     # Satterthwaite, the run's own part given no more degrees of freedom than the good runs'
     between, own = 0.0004 * 4 / 3, 0.0003
     assert noisy.df == pytest.approx((between + own) ** 2 / ((between**2 + own**2) / 2))
-    # one good run: no run-to-run variation to judge against
+    # one good run: no run-to-run variation to judge against, so neither z nor p
     single = excess_error_test(0.2, 0.0001, [0.1], [0.0001])
-    assert math.isnan(single.pvalue)
-    assert single.z == pytest.approx(0.1 / math.sqrt(0.0002))
+    assert math.isnan(single.pvalue) and math.isnan(single.z)
 
 
 def test_variance_prior_by_hand() -> None:
@@ -243,6 +242,14 @@ def test_a_one_run_baseline_gives_no_verdict() -> None:
     assert not result.regression and result.pvalue is None
     # the paper's figures stay visible
     assert result.max_error is not None and result.max_error > 0.1
+    # nothing that reads as evidence: no z, no blame, nothing to look at first
+    assert result.z is None and result.blame == [] and result.look_first == []
+    assert all(c.z is None and c.pvalue is None and not c.flagged for c in result.clusters)
+    document = result.to_dict()
+    assert document["blame"] == [] and all(c["z"] is None for c in document["clusters"])
+    # the clusters are ranked by the paper's excess error instead
+    excess = [c.excess_error for c in result.clusters if c.excess_error is not None]
+    assert excess == sorted(excess, reverse=True)
     moderated = CounterRegressionCheck(moderate_variance=True).fit(baseline(1))
     assert moderated.check(run(44, cpu_per_request=1.5)).status == "insufficient_baseline"
     threshold = CounterRegressionCheck(decision="threshold").fit(baseline(1))

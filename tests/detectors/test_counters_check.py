@@ -190,6 +190,31 @@ def test_constant_target_counter_and_zeros_in_the_dependent() -> None:
     assert all(c.error is None or c.error < 2 for c in result.clusters)
 
 
+def test_a_target_no_cluster_model_can_be_judged_on_is_an_error_not_a_pass() -> None:
+    """The target shares with the baseline only a counter that was constant there: nothing
+    can be modelled, and a pass would read as a clean bill of health."""
+    runs = [with_counter(r, "errors", np.zeros(300)) for r in baseline()]
+    only = CounterSamples(["errors"], (np.arange(300) % 50 == 0).astype(float)[:, None], "t")
+    check = CounterRegressionCheck().fit(runs)
+    with pytest.raises(ValueError, match=r"t: no cluster model can be judged .* \(errors\)"):
+        check.check(only)
+    with pytest.raises(ValueError, match="errors: constant \\(0\\) in the baseline but varies"):
+        check.check(only)
+    threshold = CounterRegressionCheck(decision="threshold").fit(runs)
+    with pytest.raises(ValueError, match="no cluster model can be judged"):
+        threshold.check(only)
+
+
+def test_a_target_sharing_no_counter_names_both_sides() -> None:
+    other = CounterSamples(["gc_pauses", "queue"], np.ones((300, 2)), "other.csv")
+    with pytest.raises(ValueError) as raised:
+        CounterRegressionCheck().fit(baseline()).check(other)
+    assert str(raised.value) == (
+        "other.csv: no counter of the baseline to check (the target records gc_pauses, "
+        "queue; the baseline models cpu, disk, heap and 3 more)"
+    )
+
+
 def test_a_counter_that_is_usually_zero_is_never_the_dependent() -> None:
     rng = np.random.default_rng(21)
 
@@ -225,6 +250,38 @@ def test_counters_present_on_one_side_only() -> None:
     assert reasons["only_in_run_2"] == MISSING_IN_BASELINE_RUN
     assert reasons["new_counter"] == NOT_IN_BASELINE
     assert reasons["heap"] == MISSING_IN_TARGET
+
+
+def without(samples: CounterSamples, name: str) -> CounterSamples:
+    keep = [i for i, n in enumerate(samples.names) if n != name]
+    return CounterSamples([samples.names[i] for i in keep], samples.values[:, keep], samples.label)
+
+
+def test_a_target_without_a_part_of_an_identity_is_judged_by_the_identity() -> None:
+    """total = cpu + log is removed as a linear identity of its parts. A target that
+    lacks cpu still records total, which carries the CPU regression: the check fits
+    again on the target's counters, judges total, and says why."""
+
+    def with_total(samples: CounterSamples) -> CounterSamples:
+        return with_counter(samples, "total", samples.column("cpu") + samples.column("log"))
+
+    check = CounterRegressionCheck().fit([with_total(r) for r in baseline(5)])
+    assert {r.counter: r.reason for r in check.removed_}["total"] == IDENTITY
+    slower = without(with_total(run(43, cpu_per_request=1.5)), "cpu")
+    result = check.check(slower)
+    assert result.regression and result.look_first[0] == "total"
+    missing = next(r for r in result.removed if r.counter == "cpu")
+    assert missing.reason == MISSING_IN_TARGET
+    assert "fitted again without it, so total" in missing.detail
+    assert {r.counter: r.reason for r in result.removed}.get("total") != IDENTITY
+    # a good run without cpu passes, and a target with every counter is judged as before
+    assert not check.check(without(with_total(run(40)), "cpu")).regression
+    complete = check.check(with_total(run(43, cpu_per_request=1.5)))
+    assert complete.regression and "cpu" in complete.look_first
+    assert {r.counter: r.reason for r in complete.removed}["total"] == IDENTITY
+    # a missing counter that no identity needs changes nothing in the fit
+    reasons = {r.counter: r.reason for r in check.check(without(slower, "disk")).removed}
+    assert reasons["disk"] == MISSING_IN_TARGET
 
 
 def test_missing_samples() -> None:

@@ -229,6 +229,10 @@ def test_a_regression_is_published_with_its_evidence_and_kept_out_of_the_baselin
     items = queries.counter_checks(store, test=TEST)
     (item,) = [item for item in items if item["kind"] == REGRESSION_KIND]
     assert set(figures.counter_figures(item["verdict"]["counter_check"])) == {"errors", "means"}
+    # the run has counters only, no metric point: its time and commit come from the verdict
+    assert block["target"]["time"] == format_rfc3339(T0 + timedelta(hours=3))
+    assert block["target"]["commit"] == "c0003"
+    assert (item["run"]["time"], item["run"]["commit"]) == (block["target"]["time"], "c0003")
     # The next good run is judged against the same good runs, passes and joins them.
     verdicts, _ = process(store, [handler], record(4))
     assert verdicts == []
@@ -264,6 +268,9 @@ def test_the_stream_judges_as_perfwatch_compare_does(store: StateStore, tmp_path
         # the file's reader names the target by its file and line
         assert document["target"].pop("label").endswith(f"(run run-{run})")
         assert block["target"].pop("label") == f"run-{run}"
+        # and the stream adds the record's own time and commit
+        assert block["target"].pop("time") == format_rfc3339(targets[run].timestamp)
+        assert block["target"].pop("commit") == targets[run].commit
         for field_name, value in document.items():
             assert block[field_name] == value, field_name
         assert block.keys() == document.keys()

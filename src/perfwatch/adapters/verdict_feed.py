@@ -194,7 +194,8 @@ def _percent(value: Any) -> str:
     return f"{value:+.1f}%" if isinstance(value, int | float) else ""
 
 
-def _pvalue(value: Any) -> str:
+def pvalue_text(value: Any) -> str:
+    """A p-value as the verdicts' lines show it (empty when there is none)."""
     return f"{value:.2g}" if isinstance(value, int | float) else ""
 
 
@@ -221,7 +222,7 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
         if isinstance(attributes, Mapping)
         else "",
         "change": _percent(evidence.get("forward_change_percent")),
-        "pvalue": _pvalue(evidence.get("pvalue")),
+        "pvalue": pvalue_text(evidence.get("pvalue")),
         "commit": str(commit)[:COMMIT_CHARS] if commit else "",
         "direction": direction,
         "emitted_at": str(verdict.get("emitted_at", "")),
@@ -283,11 +284,8 @@ def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> 
             return label, "(unconfirmed)"
         return label, "(confirmed)" if action == "confirmed" else ""
     if kind.startswith("counter_"):
-        check = block(verdict, "counter_check")
-        clusters = check.get("clusters")
-        count = f", {len(clusters)} cluster(s)" if isinstance(clusters, list) else ""
         label = _COUNTER_LABELS.get(kind, kind.upper())
-        return label, f"(counters: {check.get('verdict', '?')}{count})"
+        return label, f"(counters: {counter_detail(block(verdict, 'counter_check'))})"
     if kind.startswith("incident."):
         return "INCIDENT", _incident_detail(block(verdict, "incident"))
     if kind == "recommendation":
@@ -299,6 +297,38 @@ def _label_and_detail(kind: str, verdict: Mapping[str, Any], direction: str) -> 
 
 
 _INCIDENT_MEMBERS_SHOWN = 10
+# Counters a counter verdict's line names to look at first (the block lists more).
+_LOOK_FIRST_SHOWN = 3
+
+
+def counter_detail(check: Mapping[str, Any]) -> str:
+    """`1 of 2 cluster(s) flagged, p=1.1e-13, look first at cpu, requests`; what a
+    counter check without a verdict (one baseline run) is instead."""
+    outcome = check.get("status", check.get("verdict"))
+    if outcome == "insufficient_baseline":
+        return "no verdict, a baseline of one run shows no run-to-run variation to judge by"
+    if "clusters" not in check:
+        return str(outcome or "?")
+    clusters = [c for c in listed(check, "clusters") if isinstance(c, Mapping)]
+    flagged = sum(1 for c in clusters if c.get("flagged") is True)
+    parts = [f"{flagged} of {len(clusters)} cluster(s) flagged"]
+    pvalue = pvalue_text(check.get("pvalue"))
+    threshold = check.get("threshold")
+    if pvalue:
+        parts.append(f"p={pvalue}")
+    elif check.get("decision") == "threshold" and isinstance(threshold, int | float):
+        parts.append(f"threshold {100 * threshold:g}%")
+    look_first = [str(name) for name in listed(check, "look_first")]
+    if look_first:
+        more = len(look_first) - _LOOK_FIRST_SHOWN
+        parts.append(
+            "look first at "
+            + ", ".join(look_first[:_LOOK_FIRST_SHOWN])
+            + (f" and {more} more" if more > 0 else "")
+        )
+    return ", ".join(parts)
+
+
 _COUNTER_LABELS = {
     "counter_regression.detected": "REGRESSION",
     "counter_check.passed": "PASSED",

@@ -224,18 +224,23 @@ def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> st
             "most unusual counters (z of their own model's error): "
             + ", ".join(f"{name} {z:.1f}" for name, z in result.blame)
         )
-    order = "most unusual" if result.decision == "pvalue" else "largest excess error"
+    unjudged = result.status == "insufficient_baseline"
+    order = "largest excess error"
+    if result.decision == "pvalue" and not unjudged:
+        order = "most unusual"
+    # with one baseline run the models were fitted on it: no run was left out
+    usual = "fit error on the baseline run" if result.baseline_runs == 1 else "usual on good runs"
     lines += ["", f"clusters, {order} first:"]
     for rank, cluster in enumerate(result.clusters, 1):
         mark = "REGRESSION" if cluster.flagged else "ok"
-        if cluster.excess_error is None:
+        if cluster.excess_error is None or unjudged:
             mark = "not judged"
         evidence = ""
         if result.decision == "pvalue" and cluster.z is not None:
             evidence = f", z {cluster.z:.1f}, p {_p(cluster.run_pvalue)} (all models)"
         lines.append(
             f"  [{rank}] cluster {cluster.cluster}: {mark}, error {_pct(cluster.error)}, "
-            f"usual on good runs {_pct(cluster.good_run_error)}, "
+            f"{usual} {_pct(cluster.good_run_error)}, "
             f"excess {_pct(cluster.excess_error)}{evidence}"
         )
         lines.append(
@@ -273,7 +278,7 @@ def _pvalue_headline(result: CounterCheckResult, judged: int) -> str:
             "against; give two or more good runs (the errors below are the paper's figures)"
         )
     evidence = (
-        f"p {_p(result.pvalue)}, z {_z(result.z)} (corrected for the "
+        f"p {_p(result.pvalue)}{_z(result.z)} (corrected for the "
         f"{sum(c.tests for c in result.clusters)} models judged; false-alarm rate "
         f"{_pct(result.alpha)}, from {result.baseline_runs} baseline runs left out in turn)"
     )
@@ -287,7 +292,8 @@ def _p(value: float | None) -> str:
 
 
 def _z(value: float | None) -> str:
-    return "--" if value is None else f"{value:.1f}"
+    """`, z 7.3`; nothing where the p-value has no finite normal score (p = 1)."""
+    return "" if value is None else f", z {value:.1f}"
 
 
 def _pct(value: float | None) -> str:

@@ -222,6 +222,7 @@ async def api_counters(request: Request) -> Response:
                 {k: c[k] for k in ("seq", "verdict_id", "kind", "facts", "run")} for c in checks
             ],
             "selected": selected,
+            "header": queries.counter_header(selected) if selected else None,
             "figures": figures.counter_figures(block) if selected else None,
         }
     )

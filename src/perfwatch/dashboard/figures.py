@@ -9,11 +9,13 @@ page and in tests.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from perfwatch.adapters.verdict_feed import COMMIT_CHARS
+from perfwatch.adapters.verdict_feed import COMMIT_CHARS, pvalue_text
 
 STATUS_COLOURS = {
     "regression": "#d62728",
@@ -287,43 +289,110 @@ def _cluster_label(cluster: Mapping[str, Any]) -> str:
     return f"#{cluster.get('cluster')}: {cluster.get('dependent')}"
 
 
-def counter_figures(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Prediction error per cluster against the threshold, and baseline vs target means.
+# A p-value of 0 is drawn at the height of the smallest positive float's.
+_SMALLEST_PVALUE = sys.float_info.min
 
-    `check` is a verdict's `counter_check` block. Errors are fractions in the
-    block and shown in percent. The second chart gives each dependent counter's
-    target mean as a percentage of its baseline mean (absolute means on hover).
-    """
-    clusters = [c for c in check.get("clusters", []) if c.get("error") is not None]
-    labels = [_cluster_label(c) for c in clusters]
+
+@dataclass(frozen=True)
+class _CounterRule:
+    """What the counter chart draws per cluster: the block's field the verdict judged,
+    the bar's height for a value of it, the limit line (None: no verdict) and titles."""
+
+    field: str
+    height: Callable[[float], float]
+    limit: float | None
+    title: str
+    y_title: str
+
+
+def _counter_rule(check: Mapping[str, Any]) -> _CounterRule:
+    if check.get("status") == "insufficient_baseline":
+        return _CounterRule(
+            "error",
+            lambda error: 100 * error,
+            None,
+            "Error of each cluster's model (no verdict: one baseline run)",
+            "mean absolute percentage error (%)",
+        )
+    alpha = check.get("alpha")
+    if check.get("decision") == "pvalue" and isinstance(alpha, int | float):
+        return _CounterRule(
+            "familywise_pvalue",
+            lambda pvalue: -math.log10(max(pvalue, _SMALLEST_PVALUE)),
+            -math.log10(alpha),
+            f"Cluster p-value, all models (dotted: false-alarm rate {100 * alpha:g}%)",
+            "-log10 p (above the line: flagged)",
+        )
     threshold = check.get("threshold")
+    return _CounterRule(
+        "excess_error",
+        lambda excess: 100 * excess,
+        100 * threshold if isinstance(threshold, int | float) else None,
+        "Error beyond the model's usual error (dotted: threshold)",
+        "excess error, % (above the line: flagged)",
+    )
+
+
+def _cluster_hover(cluster: Mapping[str, Any]) -> str:
+    """A cluster's figures as the chart's hover shows them."""
+    parts = [
+        f"error {_percent_text(cluster.get('error'))}, usual on good runs "
+        f"{_percent_text(cluster.get('good_run_error'))}",
+        f"p (all models) {pvalue_text(cluster.get('familywise_pvalue')) or 'n/a'}",
+        "flagged" if cluster.get("flagged") else "not flagged",
+        f"counters: {', '.join(cluster.get('members', []))}",
+    ]
+    return "<br>".join(parts)
+
+
+def _percent_text(value: Any) -> str:
+    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "n/a"
+
+
+def counter_figures(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each cluster judged by the verdict's own rule, and baseline vs target means.
+
+    `check` is a verdict's `counter_check` block. The first chart shows what the
+    verdict compared with its limit, with the limit dotted, so a bar beyond the
+    line is a cluster the verdict flagged: under the p-value rule the cluster's
+    p-value corrected for every model judged (as -log10 p, against the
+    false-alarm rate), under the threshold rule its excess error (against the
+    threshold); against one baseline run, which gives no verdict, the errors
+    without a line. Errors are fractions in the block and shown in percent. The
+    second chart gives each dependent counter's target mean as a percentage of
+    its baseline mean (absolute means on hover).
+    """
+    rule = _counter_rule(check)
+    judged = [c for c in check.get("clusters", []) if c.get(rule.field) is not None]
+    labels = [_cluster_label(c) for c in judged]
     errors = {
         "type": "bar",
         "x": labels,
-        "y": [100 * c["error"] for c in clusters],
+        "y": [rule.height(c[rule.field]) for c in judged],
         "marker": {
             "color": [
-                STATUS_COLOURS["regression"] if c.get("flagged") else _SERIES_COLOUR
-                for c in clusters
+                STATUS_COLOURS["regression"] if c.get("flagged") else _SERIES_COLOUR for c in judged
             ]
         },
-        "customdata": [", ".join(c.get("members", [])) for c in clusters],
-        "hovertemplate": "%{x}<br>error %{y:.1f}%<br>counters: %{customdata}<extra></extra>",
-        "name": "prediction error",
+        "customdata": [_cluster_hover(c) for c in judged],
+        "hovertemplate": "%{x}<br>%{customdata}<extra></extra>",
+        "name": rule.y_title,
     }
     error_shapes = []
-    if isinstance(threshold, int | float):
+    if rule.limit is not None:
         error_shapes.append(
             {
                 "type": "line",
                 "xref": "paper",
                 "x0": 0,
                 "x1": 1,
-                "y0": 100 * threshold,
-                "y1": 100 * threshold,
+                "y0": rule.limit,
+                "y1": rule.limit,
                 "line": {"color": "#000", "dash": "dot"},
             }
         )
+    clusters = [c for c in check.get("clusters", []) if c.get("error") is not None]
+    labels = [_cluster_label(c) for c in clusters]
     baseline_means = [c.get("baseline_mean") for c in clusters]
     target_means = [c.get("target_mean") for c in clusters]
     ratios = [
@@ -355,10 +424,7 @@ def counter_figures(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "errors": {
             "data": [errors],
             "layout": _layout(
-                "Prediction error of each cluster's model (dotted: threshold)",
-                "cluster: dependent counter",
-                "mean absolute percentage error (%)",
-                shapes=error_shapes,
+                rule.title, "cluster: dependent counter", rule.y_title, shapes=error_shapes
             ),
         },
         "means": {

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from perfwatch.adapters.verdict_feed import summary_fields
+from perfwatch.adapters.verdict_feed import block, counter_detail, listed, summary_fields
 from perfwatch.contract.models import InputProfile
 from perfwatch.dashboard.analysis import ChangePointAnalysis, episodes, status_of
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
@@ -378,8 +378,8 @@ def run_points(store: StateStore, test: str, attributes: Mapping[str, str]) -> d
 
 def counter_checks(store: StateStore, test: str | None = None) -> list[dict[str, Any]]:
     """Counter-check verdicts (regressions and passes), newest first, optionally of one test;
-    each with `run`, the checked run's own time and commit (None when the store has no
-    metric of that run)."""
+    each with `run`, the checked run's own time and commit: from its metrics' points, else
+    as the verdict's `counter_check.target` gives them (None when neither has them)."""
     items = []
     known: dict[str, dict[str, Point]] = {}
     for entry in reversed(list(store.verdicts())):
@@ -392,10 +392,44 @@ def counter_checks(store: StateStore, test: str | None = None) -> list[dict[str,
             test_key = SeriesKey.of(item["facts"]["test"], "", attributes).canonical
             if test_key not in known:
                 known[test_key] = run_points(store, item["facts"]["test"], attributes)
-            point = known[test_key].get(item["verdict"].get("record_run_id", ""))
-            item["run"] = None if point is None else _point_dict(point)
+            run_id = item["verdict"].get("record_run_id", "")
+            point = known[test_key].get(run_id)
+            item["run"] = (
+                _checked_run(item["verdict"], run_id) if point is None else _point_dict(point)
+            )
             items.append(item)
     return items
+
+
+def _checked_run(verdict: Mapping[str, Any], run_id: str) -> dict[str, Any] | None:
+    """The checked run's time and commit as the counter verdict carries them."""
+    target = block(block(verdict, "counter_check"), "target")
+    if not isinstance(target.get("time"), str):
+        return None
+    return {"run_id": run_id, "time": target["time"], "commit": target.get("commit")}
+
+
+def counter_header(item: Mapping[str, Any]) -> str:
+    """The counter view's line about one counter-check verdict (a `counter_checks` item):
+    its outcome as the verdict's line gives it, then the rule it was judged by, with the
+    false-alarm rate a p-value is compared with, or the threshold."""
+    facts = item["facts"]
+    check = block(item["verdict"], "counter_check")
+    line = f"{facts['label']}: {facts['test']}, run {facts['run_id']} — {counter_detail(check)}"
+    runs = block(check, "baseline").get("runs")
+    if check.get("status", check.get("verdict")) == "insufficient_baseline":
+        return f"{line}; the chart and table show the models' errors only"
+    alpha, threshold = check.get("alpha"), check.get("threshold")
+    if check.get("decision") == "pvalue" and isinstance(alpha, int | float):
+        tests = sum(c.get("tests", 0) for c in listed(check, "clusters") if isinstance(c, Mapping))
+        return (
+            f"{line}; p corrected for the {tests} models judged, flagged below the "
+            f"false-alarm rate {100 * alpha:g}%, from {runs} baseline runs each left out in turn"
+        )
+    if isinstance(threshold, int | float):
+        source = check.get("threshold_source", "fixed")
+        return f"{line}; a {source} threshold on each model's error beyond its usual error"
+    return line
 
 
 def recommendations(store: StateStore, test: str | None = None) -> list[dict[str, Any]]:

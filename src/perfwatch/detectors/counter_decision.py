@@ -124,8 +124,9 @@ def excess_error_tests(
     the run's own part its effective number of blocks (``error_blocks``) less one, but no
     more than k - 1: the block variance of autocorrelated errors is known no better than
     the good runs' (with more, good runs with a disturbance of their own raised false
-    alarms). With one good run v cannot be estimated: z uses the within-run variances
-    alone and the p-value is NaN.
+    alarms). With one good run v cannot be estimated: there is no spread to judge the
+    error against, so z and the p-value are NaN (a z from the within-run variances alone
+    would look like evidence, and be in the hundreds for any model that misses a little).
 
     ``good_errors`` and ``good_variances`` are models x good runs; a NaN good error marks
     a run that did not score the model (left out, so k varies by model). With a ``prior``
@@ -136,10 +137,6 @@ def excess_error_tests(
     centre, sample_variance, within = _good_run_spread(good_errors, good_variances)
     with np.errstate(invalid="ignore", divide="ignore"):
         own = np.where(np.isfinite(error_variance), error_variance, within)
-        # one good run: the within-run variances alone, and no p-value
-        spread = np.sqrt(np.maximum(own, 0.0) + np.maximum(within, 0.0))
-        single = np.where(spread > 0, (error - centre) / spread, np.nan)
-
         known = np.isfinite(within)
         estimated_df = (k - 1).astype(np.float64)
         if prior is not None and prior.df > 0:
@@ -162,11 +159,10 @@ def excess_error_tests(
     pvalue = np.full(error.shape, np.nan)
     pvalue[tested] = student_t.sf(z[tested], df[tested])
     pvalue = np.where(degenerate, np.where(above, 0.0, 1.0), pvalue)
-    untestable = (k == 0) | ~np.isfinite(error)
-    few = k < 2
-    z = np.where(untestable, np.nan, np.where(few, single, z))
-    pvalue = np.where(untestable | few, np.nan, pvalue)
-    df = np.where(untestable | few, np.nan, df)
+    untestable = (k < 2) | ~np.isfinite(error)
+    z = np.where(untestable, np.nan, z)
+    pvalue = np.where(untestable, np.nan, pvalue)
+    df = np.where(untestable, np.nan, df)
     return z, pvalue, df
 
 

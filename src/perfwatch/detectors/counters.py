@@ -717,6 +717,8 @@ class CounterRegressionCheck(BaseEstimator):
 
         self.names_ = names
         self.recorded_ = set().union(*(run.names for run in baseline_runs))
+        # kept to fit again on the counters a target has (``_fit_to_target``)
+        self._fitted_runs = list(baseline_runs)
         self.kept_ = [names[i] for i in kept]
         self.clusters_ = [c.members for c in clusters]
         self.redundant_members_ = [c.redundant for c in clusters]
@@ -850,6 +852,9 @@ class CounterRegressionCheck(BaseEstimator):
         (excess) prediction error exceeds the threshold. ``prepared_runs``: as in ``fit``."""
         if not hasattr(self, "clusters_"):
             raise RuntimeError("call fit(baseline_runs) before check(target)")
+        refit = self._fit_to_target(target)
+        if refit is not None:
+            return refit.check(target)
         removed = list(self.removed_)
         present = set(target.names)
         for name in sorted(present - self.recorded_):
@@ -865,7 +870,11 @@ class CounterRegressionCheck(BaseEstimator):
         )
         removed += mostly_missing
         if not wanted:
-            raise ValueError(f"{_run_label(target, 0)}: no counter of the baseline to check")
+            raise ValueError(
+                f"{_run_label(target, 0)}: no counter of the baseline to check (the target "
+                f"records {_some(sorted(target.names))}; the baseline "
+                f"models {_some(sorted(used))})"
+            )
         shared = PreparedRuns() if prepared_runs is None else prepared_runs
         prepared = shared.get(self, target, wanted, 0)
         values = dict(zip(wanted, prepared.values.T, strict=True))
@@ -941,12 +950,21 @@ class CounterRegressionCheck(BaseEstimator):
                 )
                 for c in results
             ]
+        if self._ranks_by_z:
             results.sort(
                 key=lambda c: (c.pvalue is None, c.pvalue or 0.0, -(c.z or 0.0), c.cluster)
             )
         else:
             results.sort(
                 key=lambda c: (c.excess_error is None, -(c.excess_error or 0.0), c.cluster)
+            )
+        if all(c.excess_error is None for c in results):
+            # a pass that judged nothing would read as a clean bill of health
+            why = [f"{r.counter}: {r.detail}" for r in removed if r.counter in wanted]
+            raise ValueError(
+                f"{_run_label(target, 0)}: no cluster model can be judged on the counters it "
+                f"shares with the baseline ({_some(wanted)}); it needs the counters of at "
+                "least one cluster" + (f" ({'; '.join(why)})" if why else "")
             )
         flagged = [c for c in results if c.flagged]
         blame = _blame(results)
@@ -979,6 +997,55 @@ class CounterRegressionCheck(BaseEstimator):
             tail_inflation=inflation,
             blame=blame[: self.look_first],
         )
+
+    def _fit_to_target(self, target: CounterSamples) -> CounterRegressionCheck | None:
+        """This check fitted again on the counters the target has, when the target lacks
+        a counter that made another one a linear identity: the identity was removed in
+        favour of its parts, so without one of them the counter it carried (% Processor
+        Time for a missing % User Time) would go unjudged and a regression in it unseen.
+        None when the target has every counter, or when the fit on its counters still
+        removes every such identity (nothing would be gained)."""
+        identities = {r.counter for r in self.removed_ if r.reason == IDENTITY}
+        present = set(target.names)
+        usable, mostly_missing = self._drop_mostly_missing(
+            [name for name in self.names_ if name in present], [target], "target"
+        )
+        absent = [name for name in self.names_ if name not in usable]
+        # the fit on the target's counters has no absent counter: it never fits again
+        if not absent or not identities & set(usable):
+            return None
+        runs = [
+            CounterSamples(usable, run.values[:, _columns(run, usable)], run.label)
+            for run in self._fitted_runs
+        ]
+        refit = clone(self)
+        if hasattr(self, "calibration_"):
+            refit.calibration_ = self.calibration_
+        try:
+            refit.fit(runs, report=self.report_)
+        except ValueError:
+            return None  # too few counters left to fit: judged as fitted, without them
+        recovered = sorted(identities & set(refit._baseline))
+        if not recovered:
+            return None
+        explained = ", ".join(recovered)
+        why = {r.counter: r.detail for r in mostly_missing}
+        # what the baseline recorded stays known: counters left out before the fit's
+        # analysis (missing in a baseline run) keep their reason, the absent ones get theirs
+        refit.recorded_ = self.recorded_
+        earlier = [r for r in self.removed_ if r.counter not in self.names_]
+        lacking = [
+            RemovedCounter(
+                name,
+                MOSTLY_MISSING if name in why else MISSING_IN_TARGET,
+                f"{why.get(name, 'not recorded in the target')}; the baseline was fitted "
+                f"again without it, so {explained}, which the first fit removed as a "
+                "linear identity of it and other counters, is judged in its place",
+            )
+            for name in absent
+        ]
+        refit.removed_ = earlier + lacking + refit.removed_
+        return refit
 
     def _pool(
         self, cluster: _Cluster, target_observed: dict[str, np.ndarray]
@@ -1019,7 +1086,7 @@ class CounterRegressionCheck(BaseEstimator):
     ) -> ClusterResult:
         everyone = cluster.members + cluster.redundant
         if scores is not None:
-            ranking = scores.z if self.effective_decision == "pvalue" else scores.excess
+            ranking = scores.z if self._ranks_by_z else scores.excess
             position = int(np.argmax(ranking))
             dependent = pool[position]
         else:
@@ -1198,6 +1265,13 @@ class CounterRegressionCheck(BaseEstimator):
             good_score_variances=score_variances[1:].T,
         )
 
+    @property
+    def _ranks_by_z(self) -> bool:
+        """Whether models and clusters are ranked by z (the p-value rule) rather than by
+        excess error: with one baseline run there is no z (no run-to-run spread to judge
+        against), so the paper's excess error ranks them."""
+        return self.effective_decision == "pvalue" and len(self._run_slices) > 1
+
     def _tested(self) -> bool:
         return self.report_ or self.effective_decision == "pvalue"
 
@@ -1244,7 +1318,7 @@ class CounterRegressionCheck(BaseEstimator):
         scores.tests = int(exists.sum())
         if tested:
             scores.null = _null_pvalues(good_score[exists], good_variances[exists], prior)
-        ranking = z if self.effective_decision == "pvalue" else excess
+        ranking = z if self._ranks_by_z else excess
         chosen = np.where((strongest > 0) & (ranking[:, 1] > ranking[:, 0]), 1, 0)
         pick = (np.arange(size), chosen)
         scores.error = error.reshape(-1, 2)[pick]
@@ -1641,6 +1715,12 @@ def _constant_tolerance(magnitude: np.ndarray) -> np.ndarray:
 
 def _run_label(run: CounterSamples, index: int) -> str:
     return run.label or f"run {index + 1}"
+
+
+def _some(names: list[str]) -> str:
+    """The first three names, then how many more (a message's glimpse of a list)."""
+    shown = ", ".join(names[:3]) or "nothing"
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _format_levels(levels: list[float]) -> str:

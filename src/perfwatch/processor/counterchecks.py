@@ -50,6 +50,7 @@ import orjson
 
 from perfwatch.config import Config
 from perfwatch.contract.models import Record, SeriesRef, Verdict, VerdictKind
+from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.verdicts import DETECTED, UPDATED
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples, PreparedRuns
 from perfwatch.processor.handlers import record_baseline
@@ -279,6 +280,11 @@ class CounterCheckHandler:
             **result.to_dict(),
             "baseline_run_ids": baseline_run_ids,
         }
+        # the record's own time and commit: a run with counters only has no metric point
+        # that could tell a reader when it ran
+        evidence["target"] |= {"time": format_rfc3339(record.timestamp)}
+        if record.commit:
+            evidence["target"] |= {"commit": record.commit}
         if hasattr(check, "calibration_"):
             evidence["calibration"] = check.calibration_
         return Verdict(

@@ -424,6 +424,15 @@ function runWhen(run) {
   return `${run.time || ""}${commit}`;
 }
 
+// A cluster's error (a fraction) and corrected p-value as the table shows them.
+function percentCell(value) {
+  return value === null || value === undefined ? "" : `${(100 * value).toFixed(1)}%`;
+}
+
+function pvalueCell(value) {
+  return value === null || value === undefined ? "" : Number(value).toPrecision(2);
+}
+
 async function initCounters() {
   const params = new URLSearchParams(window.location.search);
   const choice = { test: params.get("test") || "", verdict: params.get("verdict") || "" };
@@ -452,12 +461,10 @@ async function initCounters() {
       return;
     }
     const check = data.selected.verdict.counter_check;
-    const f = data.selected.facts;
-    facts.textContent =
-      `${f.label}: ${f.test}, run ${f.run_id} — threshold ${number(100 * check.threshold, 3)}%` +
-      ` (${check.threshold_source || "fixed"}), largest error ` +
-      `${check.max_error === null || check.max_error === undefined ? "n/a" : number(100 * check.max_error, 4) + "%"}` +
-      (check.look_first && check.look_first.length ? `; look first at ${check.look_first.join(", ")}` : "");
+    facts.textContent = data.header;
+    const unjudged = check.status === "insufficient_baseline";
+    // one baseline run: its "usual" error is the model's error on the run it was fitted on
+    const inSample = (check.baseline || {}).runs === 1;
     await plot("counter-errors", data.figures.errors);
     await plot("counter-means", data.figures.means);
     for (const c of check.clusters) {
@@ -468,8 +475,11 @@ async function initCounters() {
       cell(tr, (c.members || []).join(", "));
       cell(tr, c.dependent);
       cell(tr, c.model);
-      cell(tr, c.error === null ? "" : `${(100 * c.error).toFixed(1)}%`, "num");
-      cell(tr, c.flagged ? "yes" : "no");
+      cell(tr, percentCell(c.error), "num");
+      const usual = percentCell(c.good_run_error);
+      cell(tr, inSample && usual ? `${usual} in-sample` : usual, "num");
+      cell(tr, pvalueCell(c.familywise_pvalue), "num");
+      cell(tr, unjudged || c.excess_error === null ? "not judged" : c.flagged ? "yes" : "no");
       cell(tr, number(c.baseline_mean), "num");
       cell(tr, number(c.target_mean), "num");
       cell(

@@ -205,6 +205,11 @@ def test_pvalue_rule_flags_a_cpu_regression_and_passes_good_runs() -> None:
     assert bad.z is not None and bad.z > 2.3
     assert bad.look_first[0] == "cpu"
     assert bad.blame[0][0] == "cpu"
+    # look first names the counters whose own models miss by more than usual (blame
+    # ranks every counter of the run)
+    z = dict(bad.blame)
+    assert all(z[name] > 0 for name in bad.look_first)
+    assert any(value <= 0 for value in z.values())
     # the cluster's p-value is corrected for every model judged in the run
     top = bad.clusters[0]
     tests = sum(c.tests for c in bad.clusters)

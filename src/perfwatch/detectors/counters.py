@@ -969,7 +969,11 @@ class CounterRegressionCheck(BaseEstimator):
         flagged = [c for c in results if c.flagged]
         blame = _blame(results)
         if self.effective_decision == "pvalue":
-            look_first = [name for name, _ in blame if flagged]
+            # counters whose own models miss by more than usual, most unusual first, of
+            # every cluster: a changed predictor can break another cluster's model first
+            look_first = [
+                name for rank, (name, z) in enumerate(blame) if flagged and (rank == 0 or z > 0)
+            ]
         else:
             look_first = [c.dependent for c in flagged]
             look_first += [m for c in flagged for m in c.members if m != c.dependent]

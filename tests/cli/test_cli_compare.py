@@ -76,6 +76,14 @@ def test_a_pass_at_p_1_gives_no_empty_z(files: dict) -> None:
     assert "--" not in out.splitlines()[0]
 
 
+def test_an_excess_that_rounds_to_zero_has_no_sign(files: dict, tmp_path: Path) -> None:
+    # this run's model misses by a few hundredths of a point less than usual
+    target = write_run(tmp_path / "near_usual.csv", 14)
+    code, out, _ = invoke("--baseline", *files["good"], "--target", target)
+    assert code == 0, out
+    assert "excess 0.0%" in out and "-0.0%" not in out
+
+
 def test_one_baseline_run_gives_no_verdict(files: dict) -> None:
     code, out, _ = invoke("--baseline", files["good"][0], "--target", files["regression"])
     assert code == 0, out

@@ -297,4 +297,5 @@ def _z(value: float | None) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "--" if value is None else f"{100 * value:.1f}%"
+    """`12.5%`; a value that rounds to zero reads `0.0%`, never `-0.0%`."""
+    return "--" if value is None else f"{round(100 * value, 1) + 0.0:.1f}%"

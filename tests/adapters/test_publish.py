@@ -133,6 +133,10 @@ def test_dash_reads_the_records_from_standard_input(
 
     from_lines = piped(lines.read_bytes(), "-")
     from_report = piped(tool_reports[0].read_bytes(), "-")
+    # a multi-line report behind a byte-order mark, as PowerShell pipes text
+    report_text = tool_reports[0].read_text()
+    marked = [piped(b"\xef\xbb\xbf" + report_text.encode(), "-")]
+    marked.append(piped(report_text.encode("utf-16"), "-"))
     from_csv = piped(csv.encode(), "--format", "otava-csv", "--test", "search", "-")
     bad = piped(orjson.dumps({**_record("b", 1), "metrics": {"latency": "slow"}}), "-")
     csv_unnamed = piped(csv.encode(), "-")
@@ -142,6 +146,7 @@ def test_dash_reads_the_records_from_standard_input(
     assert from_lines.stdout_bytes == _publish("--dry-run", str(lines)).stdout_bytes
     assert from_report.exit_code == 0, from_report.output
     assert from_report.stdout_bytes == _publish("--dry-run", str(tool_reports[0])).stdout_bytes
+    assert [r.stdout_bytes for r in marked] == [from_report.stdout_bytes] * 2, marked[0].output
     assert from_csv.exit_code == 0, from_csv.output
     assert orjson.loads(from_csv.stdout_bytes)["test"] == "search"
     assert bad.exit_code == 2

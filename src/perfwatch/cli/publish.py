@@ -36,7 +36,7 @@ from perfwatch.readers.detect import (
     InputFile,
     read_input_file,
 )
-from perfwatch.readers.errors import SourceError
+from perfwatch.readers.errors import SourceError, as_utf8
 
 if TYPE_CHECKING:
     from perfwatch.config import Config
@@ -104,7 +104,8 @@ def _read_standard_input(file_format: str | None) -> tuple[InputFile, str]:
     """The records piped in, named ``-``, and the time they were read (for records with
     none). The readers read files: the data goes through one named ``stdin`` with the
     suffix its format is known by (a CSV test is then named ``stdin`` unless --test says)."""
-    data = sys.stdin.buffer.read()
+    # as a file is read: a byte-order mark (PowerShell writes one) hides neither format
+    data = as_utf8(sys.stdin.buffer.read(), STANDARD_INPUT)
     if file_format in _COUNTER_AND_CSV_FORMATS:
         suffix = ".csv"
     else:  # one JSON document (any report or records), else JSON Lines of records

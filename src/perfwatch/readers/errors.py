@@ -43,17 +43,23 @@ def read_source(path: str | Path) -> bytes:
     a file as it reads a UTF-8 one.
     """
     try:
-        data = Path(path).read_bytes()
-        if data.startswith(UTF16_BOMS):
-            return data.decode("utf-16").encode()
-        return data.removeprefix(UTF8_BOM)
-    except UnicodeDecodeError as error:
-        raise SourceError(
-            path, f"not UTF-16 text after its byte-order mark (offset {error.start})"
-        ) from None
+        return as_utf8(Path(path).read_bytes(), path)
     except FileNotFoundError:
         raise SourceError(path, "no such file") from None
     except IsADirectoryError:
         raise SourceError(path, "is a directory, not a file") from None
     except OSError as error:
         raise SourceError(path, f"cannot be read: {error.strerror}") from None
+
+
+def as_utf8(data: bytes, source: str | Path) -> bytes:
+    """``data`` as ``read_source`` returns a file's bytes: without a UTF-8 byte-order
+    mark, and converted from UTF-16 when it starts with one of its marks."""
+    if not data.startswith(UTF16_BOMS):
+        return data.removeprefix(UTF8_BOM)
+    try:
+        return data.decode("utf-16").encode()
+    except UnicodeDecodeError as error:
+        raise SourceError(
+            source, f"not UTF-16 text after its byte-order mark (offset {error.start})"
+        ) from None

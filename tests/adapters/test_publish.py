@@ -345,6 +345,38 @@ def test_every_format_reads_back_as_dry_run_prints(
         assert payloads == [line for line in expected if orjson.loads(line)["test"] == key]
 
 
+def test_profile_publishes_its_record_with_the_identity_flags(
+    embedded_broker: BrokerHandle,
+    unique_topic: Callable[[], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "test_tiny.py").write_text("def test_one():\n    assert sum(range(9)) == 36\n")
+    monkeypatch.chdir(tmp_path)
+    topic = unique_topic()
+    client = make_client(embedded_broker)
+    try:
+        consumer = _subscribe(client, topic)
+        result = CliRunner().invoke(
+            main,
+            [
+                *("profile", "--publish", "--repeats", "1", "--warmup", "0"),
+                *("--pulsar-url", embedded_broker.service_url, "--records-topic", topic),
+                *("--commit", "c0ffee1", "--branch", "release-2"),
+                *("--attr", "machine=ci-large", "--attr", "python=3.11"),
+                *("-o", str(tmp_path / "inputs.json"), "--", "test_tiny.py", "-q"),
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        (message,) = _receive(consumer, 1)
+    finally:
+        client.close()
+    record = orjson.loads(message.data())
+    assert (record["commit"], record["branch"]) == ("c0ffee1", "release-2")
+    assert record["attributes"] == {"machine": "ci-large", "python": "3.11"}
+    assert record["inputs"]["kind"] == "full_suite"
+
+
 def test_ten_thousand_records_all_acknowledged(
     pulsar_broker: BrokerHandle, unique_topic: Callable[[], str], tmp_path: Path
 ) -> None:

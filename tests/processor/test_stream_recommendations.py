@@ -513,6 +513,10 @@ def test_profile_refuses_a_reference_it_would_not_send(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["profile", "--reference", str(reference), "--", "tests"])
     assert result.exit_code == 2
     assert "--reference is sent with the record: it needs --publish" in result.output
+    identity = ["profile", "--commit", "abc1234", "--attr", "machine=big", "--", "tests"]
+    result = CliRunner().invoke(main, identity)
+    assert result.exit_code == 2
+    assert "--commit and --attr are sent with the record: they need --publish" in result.output
 
 
 # --- through the processor and a broker ------------------------------------------------------

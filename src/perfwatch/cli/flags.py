@@ -91,3 +91,9 @@ branch_option = identity_option(
     "--branch",
     help="Branch of the records [default: the record's, else from CI variables or git].",
 )
+commit_option = identity_option(
+    "--commit", help="Commit [default: the record's, else from CI variables or git]."
+)
+attributes_option = click.option(
+    "--attr", "attrs", multiple=True, metavar="NAME=VALUE", help="Attribute (repeatable)."
+)

@@ -12,8 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from perfwatch.adapters.identity import Identity
 from perfwatch.cli.errors import EXIT_FOUND, InputError
-from perfwatch.cli.flags import FiniteFloatRange, branch_option, identity_option
+from perfwatch.cli.flags import (
+    FiniteFloatRange,
+    attributes_option,
+    branch_option,
+    commit_option,
+    identity_option,
+)
 from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
 from perfwatch.cli.publish import parse_attributes
 from perfwatch.profiler.alternate import (
@@ -132,7 +139,9 @@ if TYPE_CHECKING:
     help="With --publish, for an update sample: profiles of the same inputs on the old code, "
     "measured next to this run; sent along so the processor cancels the machine's drift.",
 )
+@commit_option
 @branch_option
+@attributes_option
 @identity_option(
     "--test",
     "test_id",
@@ -160,7 +169,9 @@ def profile(
     reference_out: Path | None,
     publish: bool,
     reference: Path | None,
+    commit: str | None,
     branch: str | None,
+    attrs: tuple[str, ...],
     test_id: str,
     config_path: str | None,
 ) -> None:
@@ -169,7 +180,8 @@ def profile(
     Each input runs in separate passes (warm-up, timing, memory, counting), so
     the counting does not distort the times. The input-profile file feeds
     `perfwatch recommend`; with --publish the profiles also go to the records
-    topic as one record with an `inputs` block (the broker options apply to it);
+    topic as one record with an `inputs` block (the broker options, --commit, --branch
+    and --attr apply to it);
     an update sample is judged against the full suite of the same test and branch.
     With --old-dir the sampled inputs (--only) run on the old code and on the
     current directory's code alternately, --rounds times, and both files are
@@ -177,8 +189,20 @@ def profile(
     REFERENCE_OUT`. Exit status 1 when a test failed (the profiles of the
     passing tests are still written and published).
     """
-    if reference is not None and not publish:
-        raise click.UsageError("--reference is sent with the record: it needs --publish")
+    sent_with_the_record = {
+        "--reference": reference is not None,
+        "--commit": commit is not None,
+        "--branch": branch is not None,
+        "--attr": bool(attrs),
+    }
+    given = [name for name, present in sent_with_the_record.items() if present]
+    if given and not publish:
+        subject = "it needs" if len(given) == 1 else "they need"
+        verb = "is" if len(given) == 1 else "are"
+        raise click.UsageError(
+            f"{' and '.join(given)} {verb} sent with the record: {subject} --publish"
+        )
+    explicit = Identity(commit=commit, branch=branch, attributes=parse_attributes(attrs))
     _check_pytest()
     config = None
     if publish:  # bad settings are found before the suite runs, not after
@@ -216,7 +240,7 @@ def profile(
         status = _alternate(versions, pytest_args, only, alternation, output, reference_path)
         if config is not None:
             record = profile_record(_read_profiles(output), test_id, _read_profiles(reference_path))
-            _publish(record, branch, config)
+            _publish(record, explicit, config)
         if status != 0:
             raise SystemExit(EXIT_FOUND)
         return
@@ -242,7 +266,7 @@ def profile(
         raise click.UsageError(f"--reference needs an update sample; {output} is a full suite")
     if config is not None:
         record = profile_record(profile_file, test_id, reference_file)
-        _publish(record, branch, config)
+        _publish(record, explicit, config)
     if status != 0:
         raise SystemExit(EXIT_FOUND)
 
@@ -307,15 +331,15 @@ def _read_profiles(path: Path) -> InputProfileFile:
         raise InputError(str(error)) from None
 
 
-def _publish(partial: dict[str, Any], branch: str | None, config: Config) -> None:
-    from perfwatch.adapters.identity import Identity, complete_record, environment_identity
+def _publish(partial: dict[str, Any], explicit: Identity, config: Config) -> None:
+    from perfwatch.adapters.identity import complete_record, environment_identity
     from perfwatch.adapters.publisher import record_label
     from perfwatch.cli.publish import send_records
     from perfwatch.contract.validation import validate_record
 
     record = complete_record(
         partial,
-        explicit=Identity(branch=branch),
+        explicit=explicit,
         defaults=environment_identity(os.environ, Path.cwd()),
     )
     problems = validate_record(record)

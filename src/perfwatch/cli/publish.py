@@ -22,7 +22,13 @@ from perfwatch.adapters.identity import (
     record_label,
 )
 from perfwatch.cli.errors import InputError, ServiceUnavailable, report
-from perfwatch.cli.flags import RecordTime, branch_option, identity_option
+from perfwatch.cli.flags import (
+    RecordTime,
+    attributes_option,
+    branch_option,
+    commit_option,
+    identity_option,
+)
 from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
 from perfwatch.config import Config
 from perfwatch.contract.codec import dumps
@@ -151,7 +157,7 @@ def _read_standard_input(file_format: str | None) -> tuple[InputFile, str]:
 @identity_option(
     "--run-id", help="Run id of every record [default: the record's own, else a content hash]."
 )
-@identity_option("--commit", help="Commit [default: the record's, else from CI variables or git].")
+@commit_option
 @branch_option
 @click.option(
     "--timestamp",
@@ -159,9 +165,7 @@ def _read_standard_input(file_format: str | None) -> tuple[InputFile, str]:
     help="Time: RFC 3339 with its offset, or a date (midnight UTC) [default: the record's, "
     "else the file's modification time].",
 )
-@click.option(
-    "--attr", "attrs", multiple=True, metavar="NAME=VALUE", help="Attribute (repeatable)."
-)
+@attributes_option
 @click.option(
     "--auto-identity/--no-auto-identity",
     default=True,

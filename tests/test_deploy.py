@@ -343,7 +343,7 @@ def test_compose_perfwatch_services_become_healthy_and_work_together(
     records.write_text("\n".join(lines) + "\n")
     publish = subprocess.run(
         [*perfwatch, "publish", str(records)],
-        env={**environment, "PERFWATCH_BROKER_URL": broker_url(embedded_dir)},
+        env={**environment, "PERFWATCH_BROKER_EMBEDDED_DIR": str(embedded_dir)},
         capture_output=True,
         text=True,
         timeout=120,
@@ -370,14 +370,6 @@ def test_compose_perfwatch_services_become_healthy_and_work_together(
     assert services["dashboard"]["environment"]["PERFWATCH_OBSERVABILITY_LOG_FORMAT"] == "json"
     log_lines = (tmp_path / "dashboard.log").read_text().splitlines()
     assert "uvicorn.error" in {json.loads(line)["logger"] for line in log_lines}
-
-
-def broker_url(embedded_dir: Path) -> str:
-    from perfwatch.brokers.embedded import find_running_broker
-
-    url = find_running_broker(embedded_dir)
-    assert url is not None, "the processor runs no embedded broker"
-    return url
 
 
 # --- the configuration reference in docs/deploy.md ------------------------------------------

@@ -116,6 +116,12 @@ class BrokerConfig(Section):
         "Pulsar service URL: pulsar://host:6650 or pulsar+ssl://host:6651.",
         unset="the embedded broker",
     )
+    embedded_dir: OptionalStr = setting(
+        None,
+        "Data folder of the embedded broker: every command given the same folder uses the "
+        "same broker.",
+        unset="$XDG_DATA_HOME/perfwatch/embedded",
+    )
     admin_url: OptionalStr = setting(
         None, "Pulsar admin URL (turns on verdict deduplication).", unset="none"
     )
@@ -145,6 +151,11 @@ class BrokerConfig(Section):
         "connection attempts perfwatch reports itself (the first connection: one error line; "
         "the dashboard's: one warning an outage) only at debug or info.",
     )
+
+    @property
+    def embedded_data_dir(self) -> Path | None:
+        """`embedded_dir` as a path (None: the embedded broker's default folder)."""
+        return None if self.embedded_dir is None else Path(self.embedded_dir).expanduser()
 
 
 class TopicsConfig(Section):

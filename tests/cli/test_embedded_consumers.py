@@ -43,14 +43,16 @@ def _wait_for(process: subprocess.Popen, log: Path, marker: str) -> None:
         time.sleep(0.2)
 
 
-def _refusal(tmp_path: Path, arguments: list[str]) -> subprocess.CompletedProcess[str]:
+def _refusal(
+    tmp_path: Path, arguments: list[str], **variables: str
+) -> subprocess.CompletedProcess[str]:
     """`perfwatch ARGUMENTS` run to its end while another consumer holds the subscription."""
     return subprocess.run(
         [*PERFWATCH, *arguments],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")},
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), **variables},
     )
 
 
@@ -124,6 +126,28 @@ def test_a_second_forwarder_or_watch_on_one_subscription_is_refused(tmp_path: Pa
         # Another subscription is another consumer's to hold.
         other = _refusal(tmp_path, [*forward, "--subscription", "second-team"])
         assert other.returncode == 0, other.stderr
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=120) == 0, first_log.read_text()
+    finally:
+        _end_all([first], embedded)
+
+
+def test_every_command_finds_the_broker_in_the_folder_it_is_given(tmp_path: Path) -> None:
+    """`--embedded-dir` and PERFWATCH_BROKER_EMBEDDED_DIR name the folder for `forward`
+    and `watch` as for `serve`: the second one meets the first one's consumer there."""
+    embedded = tmp_path / "team-broker"
+    forward = ["forward", "--webhook", "http://127.0.0.1:9/hook", "--embedded-dir", str(embedded)]
+    first, first_log = _started(tmp_path, "first", forward)
+    try:
+        _wait_for(first, first_log, "forwarding ")
+        assert (embedded / "broker.pid").exists()
+        watch = _refusal(
+            tmp_path,
+            ["watch", "--subscription", "perfwatch-forward"],
+            PERFWATCH_BROKER_EMBEDDED_DIR=str(embedded),
+        )
+        assert watch.returncode == 2, watch.stderr
+        assert watch.stderr.startswith(REFUSAL.format(command="watch", folder=embedded))
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=120) == 0, first_log.read_text()
     finally:

@@ -8,7 +8,6 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfwatch.cli.errors import InputError, ServiceUnavailable
@@ -49,9 +48,7 @@ def broker_failure(error: Exception, config: Config) -> ServiceUnavailable | Inp
 
 
 @contextmanager
-def connected_broker(
-    config: Config, *, topic: str, embedded_dir: Path | None = None
-) -> Iterator[tuple[BrokerHandle, pulsar.Client]]:
+def connected_broker(config: Config, *, topic: str) -> Iterator[tuple[BrokerHandle, pulsar.Client]]:
     """The configured broker and a client of it, which has answered a lookup of `topic`.
 
     Broker failures, while connecting or later, become the convention's errors;
@@ -64,7 +61,9 @@ def connected_broker(
 
     try:
         with open_broker(
-            config.broker.url, data_dir=embedded_dir, admin_url=config.broker.admin_url
+            config.broker.url,
+            data_dir=config.broker.embedded_data_dir,
+            admin_url=config.broker.admin_url,
         ) as handle:
             client = connect_client(handle, config.broker, topic=topic)
             try:
@@ -91,7 +90,6 @@ def sole_embedded_consumer(
     topic: str,
     subscription: str,
     command: str,
-    embedded_dir: Path | None = None,
 ) -> Iterator[None]:
     """Hold the lock of `subscription` on the embedded broker while `command` consumes.
 
@@ -106,7 +104,7 @@ def sole_embedded_consumer(
         return
     from perfwatch.brokers.embedded import default_data_dir
 
-    folder = embedded_dir if embedded_dir is not None else default_data_dir()
+    folder = config.broker.embedded_data_dir or default_data_dir()
     folder.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(f"{topic}\0{subscription}".encode()).hexdigest()[:16]
     with open(folder / f"consumer-{key}.lock", "a+") as lock:

@@ -51,12 +51,6 @@ DASHBOARD_MODULES = ("starlette", "uvicorn", "jinja2", "plotly")
     help="Seconds between reads of the store's new verdicts (30 at least while the "
     "verdicts topic is followed).",
 )
-@click.option(
-    "--embedded-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    show_default="~/.local/share/perfwatch/embedded",
-    help="Data folder of the embedded broker.",
-)
 @log_level_option
 def dashboard(
     host: str,
@@ -65,7 +59,6 @@ def dashboard(
     subscription: str | None,
     follow_topic: bool,
     poll_interval: float,
-    embedded_dir: Path | None,
 ) -> None:
     """Serve the web dashboard: series and their status, change points, counter checks,
     run-or-skip votes, per-test time and memory, and verdicts live as they arrive.
@@ -106,7 +99,7 @@ def dashboard(
                     param_hint="--pulsar-url / broker.url",
                 )
             topic = TopicSettings(
-                service_url=_embedded_locator(embedded_dir)
+                service_url=_embedded_locator(broker.embedded_data_dir)
                 if broker.url in (None, "embedded")
                 else broker.url,
                 topic=config.topics.verdicts,
@@ -145,7 +138,6 @@ def dashboard(
                 topic=topic.topic,
                 subscription=subscription,
                 command="dashboard",
-                embedded_dir=embedded_dir,
             )
         ):
             server.run(sockets=[listening])

@@ -89,6 +89,7 @@ def setting_option(key: str, *param_decls: str, metavar: str | None = None) -> D
 
 _BROKER_OPTIONS = (
     setting_option("broker.url", "--pulsar-url", metavar="URL"),
+    setting_option("broker.embedded_dir", "--embedded-dir", metavar="DIR"),
     setting_option("broker.auth_token", "--auth-token", metavar="TOKEN"),
     setting_option("broker.tls_trust_certs", "--tls-trust-certs", metavar="FILE"),
     setting_option("broker.tls_cert", "--tls-cert", metavar="FILE"),

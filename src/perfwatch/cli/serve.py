@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("perfwatch.processor")
 
 
-def run_processor(config: Config, stop: StopRequest, embedded_dir: Path | None = None) -> None:
+def run_processor(config: Config, stop: StopRequest) -> None:
     """Connect broker and store as configured and process until `stop` is set.
 
     The signals stop the processor gracefully only once it runs: before, they
@@ -49,9 +49,8 @@ def run_processor(config: Config, stop: StopRequest, embedded_dir: Path | None =
             topic=records,
             subscription=subscription,
             command="serve",
-            embedded_dir=embedded_dir,
         ),
-        connected_broker(config, topic=records, embedded_dir=embedded_dir) as (handle, client),
+        connected_broker(config, topic=records) as (handle, client),
     ):
         if handle.admin_url:
             prepare_topics(handle.admin_url, config.topics, broker_config.auth_token)
@@ -96,13 +95,7 @@ def run_processor(config: Config, stop: StopRequest, embedded_dir: Path | None =
 @setting_option("observability.metrics_host", "--metrics-host")
 @setting_option("observability.log_format", "--log-format")
 @log_level_option
-@click.option(
-    "--embedded-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    show_default="~/.local/share/perfwatch/embedded",
-    help="Data folder of the embedded broker.",
-)
-def serve(config_path: Path | None, embedded_dir: Path | None) -> None:
+def serve(config_path: Path | None) -> None:
     """Consume records, detect change points and publish verdicts until stopped.
 
     Settings come from perfwatch.toml, PERFWATCH_* variables and these flags
@@ -117,7 +110,7 @@ def serve(config_path: Path | None, embedded_dir: Path | None) -> None:
     configure_logging(config.observability.log_format, config.observability.log_level)
     try:
         with stop_on_signals() as stop:
-            run_processor(config, stop, embedded_dir)
+            run_processor(config, stop)
     except StoreUnavailable as error:
         raise ServiceUnavailable(f"state store unavailable: {error}") from None
     except (StoreError, ProcessorError) as error:

@@ -129,6 +129,19 @@ def test_github_pull_request_commit_is_its_head_not_the_merge(event: str, tmp_pa
     assert ci_identity(missing).commit == MERGE_SHA
 
 
+def test_a_github_merge_queue_build_belongs_to_the_branch_it_lands_on() -> None:
+    queue = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_EVENT_NAME": "merge_group",
+        "GITHUB_SHA": MERGE_SHA,  # the queue's commit, which becomes the base branch's
+        "GITHUB_REF_NAME": f"gh-readonly-queue/release/2.x/pr-42-{SHA}",
+    }
+    assert ci_identity(queue) == Identity(commit=MERGE_SHA, branch="release/2.x")
+    # the same ref name pushed by hand is a branch like any other
+    pushed = {**queue, "GITHUB_EVENT_NAME": "push"}
+    assert ci_identity(pushed).branch == f"gh-readonly-queue/release/2.x/pr-42-{SHA}"
+
+
 def test_a_report_of_the_pull_requests_merge_is_given_its_head(tmp_path: Path) -> None:
     # pytest-benchmark and git name the commit checked out: on a pull request, the merge
     payload = tmp_path / "event.json"

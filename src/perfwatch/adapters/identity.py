@@ -14,6 +14,7 @@ again yields the same ids and the processor ignores the copies.
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -84,6 +85,19 @@ def _pull_request_head(env: Mapping[str, str]) -> str | None:
     return head if isinstance(head, str) and head.strip() else None
 
 
+# A GitHub merge queue builds a temporary branch, gh-readonly-queue/BASE/pr-N-SHA, whose
+# commit becomes BASE's when the queue merges it.
+_MERGE_QUEUE_REF = re.compile(r"gh-readonly-queue/(?P<base>.+)/pr-\d+-[0-9a-f]{40}")
+
+
+def _merge_queue_base(env: Mapping[str, str]) -> str | None:
+    """The branch a GitHub merge queue build is to land on; None for other builds."""
+    if env.get("GITHUB_EVENT_NAME") != "merge_group":
+        return None
+    match = _MERGE_QUEUE_REF.fullmatch(env.get("GITHUB_REF_NAME", "").strip())
+    return match["base"] if match else None
+
+
 def _branch(env: Mapping[str, str], tag: bool, source: str, ref: str) -> str | None:
     """A pull request's `source` branch, else the `ref` built, unless that is a `tag`: a tag
     build's ref names the tag, no branch (git has none either, checked out at the tag)."""
@@ -95,7 +109,8 @@ def ci_identity(env: Mapping[str, str]) -> Identity:
     if env.get("GITHUB_ACTIONS") == "true":
         # GITHUB_HEAD_REF is the source branch of a pull request; REF_NAME is "123/merge" then.
         tag = env.get("GITHUB_REF_TYPE") == "tag"
-        branch = _branch(env, tag, "GITHUB_HEAD_REF", "GITHUB_REF_NAME")
+        # a merge queue's temporary branch would start a history per pull request
+        branch = _merge_queue_base(env) or _branch(env, tag, "GITHUB_HEAD_REF", "GITHUB_REF_NAME")
         head, built = _pull_request_head(env), _first(env, "GITHUB_SHA")
         if head is None:
             return Identity(commit=built, branch=branch)

@@ -432,7 +432,12 @@ def test_refused_message_is_named_with_the_broker_error(
 
 def test_without_a_url_the_embedded_broker_is_used(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "runs.jsonl", [_record("local", i) for i in range(3)])
-    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "PERFWATCH_BROKER_URL": "", "CI": None}
+    markers = ("CI", "JENKINS_URL", "TF_BUILD", "TEAMCITY_VERSION", "CODEBUILD_BUILD_ID")
+    env = {
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "PERFWATCH_BROKER_URL": "",
+        **dict.fromkeys(markers),
+    }
     arguments = ["publish", "--no-auto-identity", "--records-topic", "local-records", str(path)]
     result = CliRunner(env=env).invoke(main, arguments)
     assert result.exit_code == 0, result.output
@@ -447,6 +452,14 @@ def test_without_a_url_the_embedded_broker_is_used(tmp_path: Path) -> None:
         "perfwatch publish: warning: no broker URL is set (--pulsar-url, PERFWATCH_BROKER_URL, "
         f"[broker] url): the records went to the embedded broker in {tmp_path}/data/perfwatch/"
         "embedded on this CI machine, which only a perfwatch serve on this machine reads"
+    )
+    # Jenkins sets no CI variable; the folder named is the one the records went to
+    jenkins = CliRunner(env={**env, "JENKINS_URL": "http://ci.example.org/"}).invoke(
+        main, [*arguments, "--embedded-dir", str(tmp_path / "job")]
+    )
+    assert jenkins.exit_code == 0, jenkins.output
+    assert f"the records went to the embedded broker in {tmp_path}/job on this CI" in (
+        jenkins.stderr
     )
     # the broker was stopped with the command; its data folder kept the records
     with open_broker(None, data_dir=tmp_path / "data" / "perfwatch" / "embedded") as handle:

@@ -291,12 +291,21 @@ def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> Non
         # (a secret, say) that is missing, not records meant for this machine.
         report(
             "no broker URL is set (--pulsar-url, PERFWATCH_BROKER_URL, [broker] url): the "
-            f"records went to the embedded broker in {default_data_dir()} on this CI "
+            "records went to the embedded broker in "
+            f"{config.broker.embedded_data_dir or default_data_dir()} on this CI "
             "machine, which only a perfwatch serve on this machine reads",
             level="warning",
         )
 
 
+# Set in every job by CI systems that do not set CI: Jenkins, Azure Pipelines, TeamCity,
+# AWS CodeBuild.
+_CI_MARKERS = ("JENKINS_URL", "TF_BUILD", "TEAMCITY_VERSION", "CODEBUILD_BUILD_ID")
+
+
 def _in_ci(env: Mapping[str, str]) -> bool:
-    """Whether this runs in a CI job: the CI variable most CI systems set."""
-    return env.get("CI", "").strip().lower() in ("true", "1", "yes")
+    """Whether this runs in a CI job: the CI variable most CI systems set, or the marker of
+    one that sets none."""
+    if env.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        return True
+    return any(env.get(name, "").strip() for name in _CI_MARKERS)

@@ -38,7 +38,9 @@ def test_perfmon_and_plain_counter_files_give_the_same_counters(tmp_path: Path) 
     plain = tmp_path / "export.csv"
     plain.write_text(PLAIN)
     detected = records(publish(perfmon, typeperf_tsv, "--commit", "abc123"))
-    named = records(publish("--format", "counters-csv", plain, "--test", "checkout"))
+    # the perfmon file's first sample was taken then; the plain export says it with a flag
+    start = ("--timestamp", "2026-12-01T10:00:00Z")
+    named = records(publish("--format", "counters-csv", plain, "--test", "checkout", *start))
     expected = {
         "names": ["\\Memory\\Pages/sec", "\\TCPv4\\Segments/sec"],
         "values": [[None, 310.0], [4.0, 298.5]],
@@ -51,6 +53,7 @@ def test_perfmon_and_plain_counter_files_give_the_same_counters(tmp_path: Path) 
         assert parsed.counters is not None and parsed.counters.names == expected["names"]
     assert [r["test"] for r in detected] == ["checkout", "checkout-tsv"]
     assert detected[0]["commit"] == "abc123" and named[0]["test"] == "checkout"
+    assert {r["timestamp"] for r in [*detected, *named]} == {"2026-12-01T10:00:00Z"}
     # the same samples, the same content: the same run id wherever they were recorded
     assert named[0]["run_id"] == records(publish(perfmon, "--test", "checkout"))[0]["run_id"]
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 import pytest
 
 from perfwatch.readers.counter_csv import read_counter_csv, read_counter_runs
+from perfwatch.readers.detect import read_input_file
 from perfwatch.readers.errors import SourceError
 from perfwatch.readers.perfmon_csv import read_perfmon_csv
 
@@ -71,10 +73,31 @@ def test_plain_csv_errors_name_the_place(
 def test_perfmon_csv_drops_the_common_host_and_reads_blank_cells_as_missing(
     tmp_path: Path,
 ) -> None:
-    samples = read_perfmon_csv(write(tmp_path, "perfmon.csv", PERFMON))
+    samples, _ = read_perfmon_csv(write(tmp_path, "perfmon.csv", PERFMON))
     assert samples.names == ["\\Process(java)\\% Processor Time", "\\Memory\\Pages/sec"]
     assert samples.values[1].tolist() == [13.25, 4.0]
     assert math.isnan(samples.values[0, 1]) and math.isnan(samples.values[2, 0])
+
+
+def test_perfmon_csv_start_is_its_first_sample_in_utc(tmp_path: Path) -> None:
+    _, started = read_perfmon_csv(write(tmp_path, "perfmon.csv", PERFMON))
+    assert started == datetime(2024, 4, 12, 10, 0, tzinfo=UTC)
+    # summer time in London: local 10:00 is 09:00 UTC (the header's bias is -60 minutes)
+    summer = PERFMON.replace("(GMT Standard Time)(0)", "(GMT Standard Time)(-60)")
+    _, started = read_perfmon_csv(write(tmp_path, "summer.csv", summer))
+    assert started == datetime(2024, 4, 12, 9, 0, tzinfo=UTC)
+    pacific = PERFMON.replace("(GMT Standard Time)(0)", "(Pacific Standard Time)(480)")
+    _, started = read_perfmon_csv(write(tmp_path, "pacific.csv", pacific))
+    assert started == datetime(2024, 4, 12, 18, 0, tzinfo=UTC)
+    # without a bias the local time's zone is unknown
+    no_zone = PERFMON.replace(" (GMT Standard Time)(0)", "")
+    assert read_perfmon_csv(write(tmp_path, "no-zone.csv", no_zone))[1] is None
+
+
+def test_published_perfmon_run_carries_its_start(tmp_path: Path) -> None:
+    path = write(tmp_path, "checkout-load.csv", PERFMON)
+    (located,) = read_input_file(path, "perfmon").records
+    assert located.record["timestamp"] == "2024-04-12T10:00:00Z"
 
 
 def test_perfmon_csv_in_utf16_reads_as_in_utf8(tmp_path: Path) -> None:
@@ -82,7 +105,8 @@ def test_perfmon_csv_in_utf16_reads_as_in_utf8(tmp_path: Path) -> None:
     utf16 = Path(__file__).parent / "reports" / "typeperf_powershell.csv"
     utf8 = tmp_path / "typeperf.csv"
     utf8.write_bytes(utf16.read_bytes().decode("utf-16").encode())
-    samples = read_perfmon_csv(utf16)
+    samples, started = read_perfmon_csv(utf16)
+    assert started is None  # this typeperf wrote no time zone in its header
     assert samples.names == [
         "\\Processor(_Total)\\% User Time",
         "\\Memory\\Available MBytes",
@@ -90,14 +114,14 @@ def test_perfmon_csv_in_utf16_reads_as_in_utf8(tmp_path: Path) -> None:
     ]
     assert samples.values.shape == (12, 3)
     assert samples.values[:, 1].tolist() == [6120.0 - 3 * i for i in range(12)]
-    expected = read_perfmon_csv(utf8)
+    expected, _ = read_perfmon_csv(utf8)
     assert samples.names == expected.names
     assert samples.values.tolist() == expected.values.tolist()
 
 
 def test_perfmon_csv_keeps_hosts_when_they_differ(tmp_path: Path) -> None:
     text = PERFMON.replace("\\\\WEB01\\Memory", "\\\\DB01\\Memory")
-    samples = read_perfmon_csv(write(tmp_path, "two-hosts.csv", text))
+    samples, _ = read_perfmon_csv(write(tmp_path, "two-hosts.csv", text))
     assert samples.names[1] == "\\\\DB01\\Memory\\Pages/sec"
 
 

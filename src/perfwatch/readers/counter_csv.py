@@ -12,11 +12,13 @@ and a record of the same counters compare with each other.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.detectors.counters import CounterSamples
 from perfwatch.readers.counter_names import canonical_counter_names, first_duplicate
 from perfwatch.readers.errors import SourceError
@@ -131,18 +133,21 @@ def _record_runs(path: Path) -> list[CounterSamples]:
     return runs
 
 
-def counter_record(path: str | Path, samples: CounterSamples) -> LocatedRecord:
+def counter_record(
+    path: str | Path, samples: CounterSamples, started: datetime | None = None
+) -> LocatedRecord:
     """One run's counter samples as a partial record for ``perfwatch publish``: the
-    file name without its extension as test id, no metrics, the samples as ``counters``
-    (NaN as null). The rest of the identity comes from ``complete_record``."""
+    file name without its extension as test id, the time of the first sample when the
+    file says it (``started``), no metrics, the samples as ``counters`` (NaN as null).
+    The rest of the identity comes from ``complete_record``."""
     values: list[list[Any]] = samples.values.tolist()
     for row in values:
         for i, value in enumerate(row):
             if value != value:  # NaN: a sample that was not recorded
                 row[i] = None
-    record = {
-        "test": Path(path).stem,
-        "metrics": {},
-        "counters": {"names": list(samples.names), "values": values},
-    }
+    record: dict[str, Any] = {"test": Path(path).stem}
+    if started is not None:
+        record["timestamp"] = format_rfc3339(started)
+    record["metrics"] = {}
+    record["counters"] = {"names": list(samples.names), "values": values}
     return LocatedRecord("samples", record)

@@ -167,10 +167,11 @@ def read_input_file(path: str | Path, file_format: str | None = None) -> InputFi
         from perfwatch.readers.counter_csv import counter_record, read_counter_csv
         from perfwatch.readers.perfmon_csv import read_perfmon_csv
 
-        samples = read_perfmon_csv(path) if file_format == PERFMON else read_counter_csv(path)
-        return InputFile(
-            source, file_format, [counter_record(path, samples)], names_benchmarks=False
-        )
+        if file_format == PERFMON:
+            record = counter_record(path, *read_perfmon_csv(path))
+        else:
+            record = counter_record(path, read_counter_csv(path))
+        return InputFile(source, file_format, [record], names_benchmarks=False)
     if file_format == INPUT_PROFILE:
         document = load_json_document(read_source(path), source)
         records = records_from_input_profile(document, source)

@@ -23,6 +23,7 @@ import io
 import math
 import re
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +51,13 @@ def is_perfmon_header(rows: list[tuple[int, list[str]]]) -> bool:
     return bool(rows) and bool(rows[0][1]) and rows[0][1][0].startswith(PDH_MARKERS)
 
 
-def read_perfmon_csv(path: str | Path) -> CounterSamples:
-    """The counter samples of one perfmon CSV file; SourceError naming the line and
-    column of the first problem."""
+def read_perfmon_csv(path: str | Path) -> tuple[CounterSamples, datetime | None]:
+    """The counter samples of one perfmon CSV file and when its first one was taken (UTC,
+    None if the file does not say); SourceError naming the line and column of the first
+    problem."""
     path = Path(path)
-    return perfmon_samples(path, csv_rows(path))
+    rows = csv_rows(path)
+    return perfmon_samples(path, rows), perfmon_start(rows)
 
 
 def perfmon_samples(path: Path, rows: list[tuple[int, list[str]]]) -> CounterSamples:
@@ -92,6 +95,27 @@ def perfmon_samples(path: Path, rows: list[tuple[int, list[str]]]) -> CounterSam
     if not values:
         raise SourceError(path, "no samples after the header", line=rows[0][0] + 1)
     return CounterSamples(names, np.array(values), label=str(path))
+
+
+# The header's last parentheses hold the time zone's bias when the log started: minutes
+# to add to the local sample times for UTC ((GMT Standard Time)(-60) in summer time).
+_BIAS = re.compile(r"\((?P<minutes>[-+]?\d+)\)\s*$")
+_SAMPLE_TIME = "%m/%d/%Y %H:%M:%S.%f"  # PDH writes US month/day order on every locale
+
+
+def perfmon_start(rows: list[tuple[int, list[str]]]) -> datetime | None:
+    """When a perfmon log's first sample was taken, in UTC, from its header's bias and the
+    sample's local time; None when either cannot be read (a hand-edited file)."""
+    if len(rows) < 2 or not rows[0][1] or not rows[1][1]:
+        return None
+    bias = _BIAS.search(rows[0][1][0])
+    try:
+        local = datetime.strptime(rows[1][1][0].strip(), _SAMPLE_TIME)
+    except ValueError:
+        return None
+    if bias is None:
+        return None
+    return (local + timedelta(minutes=int(bias["minutes"]))).replace(tzinfo=UTC)
 
 
 def _is_status_line(row: list[str], width: int) -> bool:

@@ -438,6 +438,11 @@ class SqlStore(StateStore):
         self.parameter_limit = self._parameter_limit()
         self._migrate()
 
+    @property
+    def shown_url(self) -> str:
+        """The URL as error messages show it: without a password (see PostgresStore)."""
+        return self.url
+
     @abstractmethod
     def _connect(self) -> Any: ...
 
@@ -494,7 +499,7 @@ class SqlStore(StateStore):
         try:
             yield
         except self.unavailable_errors as err:
-            raise StoreUnavailable(f"{self.url}: {err}") from err
+            raise StoreUnavailable(f"{self.shown_url}: {one_line(err)}") from err
 
     @abstractmethod
     def _connection_lost(self) -> bool: ...
@@ -523,7 +528,7 @@ class SqlStore(StateStore):
             current = int(row[0]) if row else 0
             if current > len(MIGRATIONS):
                 raise StoreError(
-                    f"{self.url}: schema version {current} is newer than this perfwatch "
+                    f"{self.shown_url}: schema version {current} is newer than this perfwatch "
                     f"understands ({len(MIGRATIONS)}); upgrade perfwatch"
                 )
             for version, statements in enumerate(MIGRATIONS[current:], start=current + 1):
@@ -607,3 +612,9 @@ class SqlStore(StateStore):
     def close(self) -> None:
         with self._lock:
             self._connection.close()
+
+
+def one_line(error: BaseException) -> str:
+    """A driver's message on one line: libpq puts its hint ("Is the server running ...?",
+    "This probably means ...") on lines of their own, and errors are reported as one line."""
+    return " ".join(str(error).split())

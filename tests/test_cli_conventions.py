@@ -195,6 +195,29 @@ def test_a_webhook_that_is_no_http_url_is_bad_input() -> None:
         assert line.endswith("--webhook: not an http:// or https:// URL with a host name")
 
 
+@pytest.mark.parametrize(
+    "dead_letters",
+    ["perfwatch-verdicts", "persistent://public/default/perfwatch-verdicts"],
+)
+def test_forward_refuses_to_dead_letter_into_the_topic_it_forwards(dead_letters: str) -> None:
+    """A verdict the webhook refused would be read back from there and posted again."""
+    result = _invoke(
+        "forward",
+        "--webhook",
+        "http://127.0.0.1:9/",
+        "--undeliverable-topic",
+        dead_letters,
+        "--pulsar-url",
+        CLOSED_PORT_URL,
+    )
+    assert result.exit_code == 2, result.output
+    line = _error_line(result.stderr, "forward")
+    assert line.endswith(
+        f"--undeliverable-topic {dead_letters}: must be another topic than the verdicts "
+        "topic it forwards"
+    )
+
+
 IDENTITY_OPTIONS = {
     "publish": ("--test", "--run-id", "--commit", "--branch"),
     "profile": ("--test", "--branch"),

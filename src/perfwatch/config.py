@@ -202,13 +202,18 @@ class TopicsConfig(Section):
         for other in ("records", "verdicts"):
             if other == info.field_name:
                 break
-            if other in info.data and _topic_key(topic) == _topic_key(info.data[other]):
+            if other in info.data and same_topic(topic, info.data[other]):
                 raise ValueError(f"must be another topic than topics.{other}")
         return topic
 
 
-def _topic_key(topic: str) -> str:
-    """The topic's full name, as Pulsar completes a short one (`name`, `tenant/ns/name`)."""
+def same_topic(first: str, second: str) -> bool:
+    """Whether two names are one topic, once Pulsar completes the short ones."""
+    return _full_topic_name(first) == _full_topic_name(second)
+
+
+def _full_topic_name(topic: str) -> str:
+    """`name` -> `persistent://public/default/name`, `tenant/ns/name` -> `persistent://...`."""
     if "://" in topic:
         return topic
     if topic.count("/") == 2:

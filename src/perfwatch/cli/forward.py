@@ -25,6 +25,7 @@ from perfwatch.cli.errors import InputError
 from perfwatch.cli.flags import FiniteFloatRange
 from perfwatch.cli.signals import stop_on_signals
 from perfwatch.cli.watch import VerdictSource, verdict_source_options
+from perfwatch.config import same_topic
 
 if TYPE_CHECKING:
     import pulsar
@@ -144,6 +145,12 @@ def forward(
     except TemplateError as error:
         raise InputError(f"--template: {error}") from None
     undeliverable_topic = undeliverable_topic or f"{source.topic}-{subscription}-DLQ"
+    if same_topic(undeliverable_topic, source.topic):
+        # a refused verdict would be read back and posted again, for ever
+        raise InputError(
+            f"--undeliverable-topic {undeliverable_topic}: must be another topic than the "
+            "verdicts topic it forwards"
+        )
 
     import pulsar
 

@@ -900,6 +900,17 @@ def test_api_errors_name_the_parameter(client: TestClient) -> None:
     assert client.get("/api/counters", params={"verdict": "0000"}).status_code == 404
 
 
+def test_api_verdicts_kind_takes_a_family_as_watch_kind_does(client: TestClient) -> None:
+    """`kind=counter_regression` found nothing and a mistyped kind answered an empty list,
+    where `perfwatch watch --kind` takes the family and refuses the typo."""
+    exact = client.get("/api/verdicts", params={"kind": "counter_regression.detected"}).json()
+    family = client.get("/api/verdicts", params={"kind": "counter_regression"}).json()
+    assert exact["verdicts"] and family == exact
+    typo = client.get("/api/verdicts", params={"kind": "counter_checks"})
+    assert typo.status_code == 400
+    assert "query parameter 'kind': unknown kind 'counter_checks'" in typo.text
+
+
 def test_api_counters_inputs_and_resources(client: TestClient) -> None:
     counters = client.get("/api/counters").json()
     assert counters["selected"]["kind"] == "counter_regression.detected"

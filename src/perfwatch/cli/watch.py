@@ -21,6 +21,7 @@ from perfwatch.adapters.verdict_feed import (
     parse_since,
     receive_messages,
     summary_fields,
+    unknown_kind_error,
 )
 from perfwatch.cli.broker import connected_client, sole_embedded_consumer
 from perfwatch.cli.flags import FiniteFloatRange, output_format_option
@@ -176,14 +177,9 @@ def _build_filter(
     since: str | None,
     alerts_only: bool,
 ) -> VerdictFilter:
-    families = {kind.partition(".")[0] for kind in KINDS}
     for kind in kinds:
-        if kind not in KINDS and kind not in families:
-            raise click.BadParameter(
-                f"unknown kind {kind!r}; use one of {', '.join(KINDS)} or a family "
-                f"({', '.join(sorted(families))})",
-                param_hint="--kind",
-            )
+        if (error := unknown_kind_error(kind)) is not None:
+            raise click.BadParameter(error, param_hint="--kind")
     chosen_families = {kind.partition(".")[0] for kind in kinds}
     if alerts_only and "change_point" in chosen_families and "incident" not in chosen_families:
         click.echo(

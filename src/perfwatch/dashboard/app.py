@@ -29,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from perfwatch import __version__
+from perfwatch.adapters.verdict_feed import unknown_kind_error
 from perfwatch.config import Config
 from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.analysis import ChangePointAnalysis
@@ -182,6 +183,9 @@ async def api_verdicts(request: Request) -> Response:
     limit = _query_int(request, "limit", 100, 1, 10_000)
     before = _query_int(request, "before", None, 1, 2**62)
     kinds = [k for k in request.query_params.getlist("kind") if k]
+    for kind in kinds:
+        if (error := unknown_kind_error(kind)) is not None:
+            raise HTTPException(400, f"query parameter 'kind': {error}")
     test = request.query_params.get("test") or None
     items = await run_in_threadpool(
         lambda: queries.verdict_feed(

@@ -438,3 +438,21 @@ def test_postgres_connection_lost_is_one_line_without_the_password(postgres_url:
     assert "\n" not in message
     assert "s3cret" not in message
     assert "***" in message
+
+
+@pytest.mark.postgres
+def test_postgres_store_answers_again_after_its_connection_was_lost(postgres_url: str) -> None:
+    """The dashboard keeps one store open: after a database restart its /healthz and pages
+    failed for good ("the connection is closed") until the dashboard itself restarted."""
+    import psycopg
+
+    with open_store(postgres_url) as store:
+        add(store, KEY, "r1", 1.0)
+        backend = store._connection.info.backend_pid  # type: ignore[attr-defined]
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        with pytest.raises(StoreUnavailable):
+            store.series_count()
+        assert store.series_count() == 1
+        add(store, KEY, "r2", 2.0)
+        assert [point.run_id for point in store.series_points(KEY)] == ["r1", "r2"]

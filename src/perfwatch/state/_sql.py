@@ -480,7 +480,7 @@ class SqlStore(StateStore):
     @contextmanager
     def _sql_transaction(self) -> Iterator[SqlTransaction]:
         with self._lock, self._translate_errors():
-            control = self._connection.cursor()
+            control = self._open_connection().cursor()
             try:
                 with self._batched():
                     control.execute(self.begin_sql)
@@ -493,6 +493,15 @@ class SqlStore(StateStore):
                 raise
             finally:
                 control.close()
+
+    def _open_connection(self) -> Any:
+        """The connection, made again if the last one was lost (the database restarted):
+        the call that lost it failed, and the next ones work once the database answers,
+        so a dashboard left running recovers by itself (the processor stops instead)."""
+        if self._connection_lost():
+            self._connection.close()
+            self._connection = self._connect()
+        return self._connection
 
     @contextmanager
     def _translate_errors(self) -> Iterator[None]:
@@ -513,7 +522,7 @@ class SqlStore(StateStore):
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock, self._translate_errors():
-            cursor = self._connection.cursor()
+            cursor = self._open_connection().cursor()
             try:
                 cursor.execute(self.dialect(sql), params)
                 return cursor.fetchall()

@@ -56,7 +56,7 @@ from perfwatch.processor.handlers import RecordHandler, baseline_key
 from perfwatch.processor.metric_info import MetricInfoHandler
 from perfwatch.processor.recommendations import InputsHandler
 from perfwatch.readers.input_profile import InputProfileFile, write_input_profile
-from perfwatch.state import Point, SeriesKey, StateStore, open_store
+from perfwatch.state import Point, SeriesKey, StateStore, StoreUnavailable, open_store
 
 T0 = datetime(2024, 3, 1, 2, 0, tzinfo=UTC)
 RUNS = 80
@@ -898,6 +898,25 @@ def test_api_errors_name_the_parameter(client: TestClient) -> None:
     bad_attribute = client.get("/api/inputs", params={"x": "colour"})
     assert bad_attribute.status_code == 400 and "colour" in bad_attribute.text
     assert client.get("/api/counters", params={"verdict": "0000"}).status_code == 404
+
+
+def test_a_store_that_does_not_answer_is_a_503_naming_it(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As /healthz says: not a 500 with a traceback in the log for every request."""
+    store = client.app.state.dashboard.store  # type: ignore[attr-defined]
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailable("postgresql://db/perfwatch: the connection is closed")
+
+    for method in ("series_keys", "verdicts"):
+        monkeypatch.setattr(store, method, down)
+    for path in ("/api/series", "/api/verdicts"):
+        response = client.get(path)
+        assert response.status_code == 503, path
+        assert response.text == (
+            "state store unavailable: postgresql://db/perfwatch: the connection is closed"
+        )
 
 
 def test_api_verdicts_kind_takes_a_family_as_watch_kind_does(client: TestClient) -> None:

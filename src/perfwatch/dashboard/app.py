@@ -34,7 +34,7 @@ from perfwatch.config import Config
 from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.analysis import ChangePointAnalysis
 from perfwatch.dashboard.live import TopicListener, TopicSettings, VerdictHub, decode_verdict
-from perfwatch.state import SeriesKey, StateStore, StoreError, open_store
+from perfwatch.state import SeriesKey, StateStore, StoreError, StoreUnavailable, open_store
 
 log = logging.getLogger("perfwatch.dashboard")
 
@@ -352,6 +352,13 @@ async def _poll_forever(state: DashboardState) -> None:
             log.warning("polling the state store failed", extra={"error": str(err)})
 
 
+async def _store_unavailable(request: Request, error: Exception) -> Response:
+    """A database that does not answer is an outage, as /healthz says: 503 with the reason,
+    not a 500 and a traceback per request."""
+    log.warning("the state store is unavailable", extra={"error": str(error)})
+    return Response(f"state store unavailable: {error}", 503, media_type="text/plain")
+
+
 def create_app(settings: DashboardSettings) -> Starlette:
     """The ASGI application; the store is opened and the live sources started on startup."""
     state = DashboardState(settings)
@@ -393,7 +400,11 @@ def create_app(settings: DashboardSettings) -> Starlette:
         Route("/static/vendor/plotly.min.js", plotly_js),
         Mount("/static", StaticFiles(directory=_PACKAGE_DIR / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={StoreUnavailable: _store_unavailable},
+    )
     app.state.dashboard = state
     app.state.templates = Jinja2Templates(directory=_PACKAGE_DIR / "templates")
     return app

@@ -856,3 +856,23 @@ def test_defaults_are_shown() -> None:
     result = _invoke("publish", "--help")
     shown = " ".join(result.output.split())
     assert "[default: (broker.connect_timeout in the config, else 10); x>0]" in shown
+
+
+def test_output_to_a_reader_that_went_away_ends_with_status_0() -> None:
+    """`perfwatch watch | head -1`: click ended the broken pipe with status 1, which a
+    script under `set -o pipefail` takes for a failure."""
+    examples = Path(__file__).resolve().parent.parent / "examples" / "nightly.jsonl"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    try:
+        ended = subprocess.run(
+            [*PERFWATCH, "analyze", str(examples)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+    assert ended.returncode == 0, ended.stderr
+    assert ended.stderr == ""

@@ -184,6 +184,19 @@ def test_slack_payload_and_template() -> None:
         check_template("oops }")
 
 
+@pytest.mark.parametrize("template", ["", "  "])
+def test_an_empty_template_is_refused_at_start(template: str) -> None:
+    """Slack answers 400 to a message without text: every alert went to the dead letters."""
+    command = ["forward", "--webhook", "http://127.0.0.1:9/", "--template", template]
+    # a broker nothing listens for: without the check the command fails there, later
+    command += ["--pulsar-url", "pulsar://127.0.0.1:9", "--connect-timeout", "1"]
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().endswith(
+        "--template: template is empty: a Slack message needs text"
+    )
+
+
 # --- through the brokers -----------------------------------------------------------------
 
 

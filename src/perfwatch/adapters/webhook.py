@@ -54,6 +54,10 @@ class TemplateError(ValueError):
 
 def check_template(template: str) -> str:
     """The template itself, or TemplateError naming the unknown field or the syntax error."""
+    if not template.strip():
+        # Slack refuses a message without text (400 no_text): every alert would be
+        # dead-lettered.
+        raise TemplateError("template is empty: a Slack message needs text")
     try:
         parts = list(string.Formatter().parse(template))
     except ValueError as error:

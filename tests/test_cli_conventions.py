@@ -876,3 +876,13 @@ def test_output_to_a_reader_that_went_away_ends_with_status_0() -> None:
         os.close(write_end)
     assert ended.returncode == 0, ended.stderr
     assert ended.stderr == ""
+
+
+def test_the_limit_says_what_it_counts() -> None:
+    """`forward --limit 1` read one verdict, mostly one it filters out, and posted nothing,
+    where its help said it stopped after one verdict as `watch` does."""
+    helps = {
+        name: " ".join(_invoke(name, "--help").output.split()) for name in ("watch", "forward")
+    }
+    assert "Stop after N verdicts shown." in helps["watch"]
+    assert "Stop after reading N verdicts, those filtered out included." in helps["forward"]

@@ -158,7 +158,14 @@ def _with_source_options(command: Callable[..., Any], *, alerts_only: bool) -> C
             "already published too (reading starts at the oldest verdict kept).",
         ),
         click.option("--from-earliest", is_flag=True, help="Start at the oldest verdict kept."),
-        click.option("--limit", type=click.IntRange(min=1), help="Stop after N verdicts."),
+        click.option(
+            "--limit",
+            type=click.IntRange(min=1),
+            # forward counts what it reads: a group's alerts are posted after later reads
+            help="Stop after N verdicts shown."
+            if not alerts_only
+            else "Stop after reading N verdicts, those filtered out included.",
+        ),
         click.option(
             "--idle-timeout",
             type=FiniteFloatRange(min=0),

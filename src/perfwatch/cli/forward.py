@@ -22,7 +22,7 @@ from perfwatch.adapters.webhook import (
 )
 from perfwatch.cli.broker import connected_client, sole_embedded_consumer
 from perfwatch.cli.errors import InputError
-from perfwatch.cli.flags import FiniteFloatRange
+from perfwatch.cli.flags import FiniteFloatRange, NonBlankText
 from perfwatch.cli.signals import stop_on_signals
 from perfwatch.cli.watch import VerdictSource, verdict_source_options
 from perfwatch.config import same_topic
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--subscription",
+    type=NonBlankText(),
     default="perfwatch-forward",
     show_default=True,
     help="Durable subscription: a restarted forwarder resumes where it stopped.",

@@ -24,7 +24,7 @@ from perfwatch.adapters.verdict_feed import (
     unknown_kind_error,
 )
 from perfwatch.cli.broker import connected_client, sole_embedded_consumer
-from perfwatch.cli.flags import FiniteFloatRange, output_format_option
+from perfwatch.cli.flags import FiniteFloatRange, NonBlankText, output_format_option
 from perfwatch.cli.options import broker_options, load_command_config, verdicts_topic_option
 from perfwatch.cli.signals import stop_on_signals
 from perfwatch.config import Config
@@ -238,6 +238,7 @@ class _ReaderFeed:
 @click.option("--color/--no-color", default=None, help="Colour the lines [default: on a terminal].")
 @click.option(
     "--subscription",
+    type=NonBlankText(),
     help="Read through this durable subscription, kept on exit: the next watch with it "
     "resumes where this one stopped. Without it, watch reads without a subscription.",
 )

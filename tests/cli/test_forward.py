@@ -178,8 +178,11 @@ def test_slack_payload_and_template() -> None:
     assert text == {"text": "REGRESSION: api/search/p99 +12.3% at abc1234def56"}
     with pytest.raises(TemplateError, match=r"unknown field \{owner\}"):
         check_template("{owner} look at {test}")
-    with pytest.raises(TemplateError, match=r"unknown field \{change\}"):
+    # a known field with a format spec: said as such, not as an unknown field
+    with pytest.raises(TemplateError, match=r"field \{change\} takes no format spec"):
         check_template("{change:>10}")
+    with pytest.raises(TemplateError, match=r"field \{test\} takes no format spec"):
+        check_template("{test!r}")
     with pytest.raises(TemplateError, match="Single '}'"):
         check_template("oops }")
 

@@ -263,6 +263,17 @@ def test_a_blank_subscription_is_a_usage_error_naming_it(command: list[str]) -> 
     )
 
 
+@pytest.mark.parametrize("command", [["watch"], ["forward", "--webhook", "http://127.0.0.1:9/"]])
+def test_a_blank_test_glob_is_a_usage_error_naming_it(command: list[str]) -> None:
+    """`forward --test "$SERVICE"` with the variable unset matched no test and filtered out
+    every alert, silently."""
+    result = _invoke(*command, "--test", "", "--pulsar-url", CLOSED_PORT_URL)
+    assert result.exit_code == 2, result.output
+    assert _error_line(result.stderr, command[0]).endswith(
+        "Invalid value for '--test': must not be empty; leave the option out for its default"
+    )
+
+
 def test_a_blank_attribute_value_is_a_usage_error_naming_it(record_file: Path) -> None:
     # `--attr runner=$RUNNER` with the variable unset would blank the record's own runner
     result = _invoke("publish", "--dry-run", "--attr", "runner=", str(record_file))

@@ -56,8 +56,9 @@ def config_option(command: Callable[..., Any]) -> Any:
 
 class NonBlankText(click.ParamType):
     """A name given on the command line that must not be blank: a test id, run id, commit
-    or branch (a blank one would replace the report's own, or CI's, with nothing), or a
-    subscription (the broker refuses an empty one only once connected, as if it failed)."""
+    or branch (a blank one would replace the report's own, or CI's, with nothing), a test
+    glob (it would match no test), or a subscription (the broker refuses an empty one only
+    once connected, as if it failed)."""
 
     name = "text"
 

@@ -128,6 +128,8 @@ def _with_source_options(command: Callable[..., Any], *, alerts_only: bool) -> C
             "--test",
             "tests",
             multiple=True,
+            # `--test "$UNSET"` would match no test and filter out every alert
+            type=NonBlankText(),
             metavar="GLOB",
             help="Only these tests (an incident: if any of its series is one; then its later "
             "events too).",

@@ -399,6 +399,28 @@ def test_series_detail_segments_match_the_points(filled_store: StateStore) -> No
     )
 
 
+def test_feed_test_glob_takes_an_incident_by_any_of_its_series(tmp_path: Path) -> None:
+    """As `watch --test` does: an incident another test's change updated still concerns
+    db.insert, which `test=db.*` missed (it matched the causing series only)."""
+    member = {"metric": "p99_ms", "attributes": {}, "finding_id": "f"}
+    incident = {
+        "schema": "perfwatch.verdict/v1",
+        "verdict_id": "i1",
+        "kind": "incident.updated",
+        "emitted_at": "2024-03-01T02:00:00Z",
+        "series": {"test": "api.search", "metric": "p99_ms", "attributes": {}},
+        "incident": {
+            "id": "x",
+            "members": [{**member, "test": "db.insert"}, {**member, "test": "api.search"}],
+        },
+    }
+    with open_store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        with store.transaction() as tx:
+            tx.add_verdict("i1", "incident.updated", orjson.dumps(incident), "t", "api.search")
+        assert [i["verdict_id"] for i in queries.verdict_feed(store, test_glob="db.*")] == ["i1"]
+        assert queries.verdict_feed(store, test_glob="render.*") == []
+
+
 def test_feed_is_newest_first_and_pages_without_overlap(filled_store: StateStore) -> None:
     everything = queries.verdict_feed(filled_store, limit=1000)
     seqs = [item["seq"] for item in everything]

@@ -194,12 +194,18 @@ class VerdictFilter:
         return followed
 
     def _concerns_the_tests(self, verdict: Mapping[str, Any]) -> bool:
-        if not self.tests:
-            return True
-        # an incident concerns every series in it, not only the one that changed last
-        tests = {str(block(verdict, "series").get("test", ""))}
-        tests.update(str(member.get("test", "")) for member in _members(verdict))
-        return any(fnmatch.fnmatchcase(test, glob) for test in tests for glob in self.tests)
+        return concerns_tests(verdict, self.tests)
+
+
+def concerns_tests(verdict: Mapping[str, Any], globs: Sequence[str]) -> bool:
+    """Whether the verdict is of a test matching one of `globs` (none: every verdict), for
+    `--test` and the dashboard's `test` parameter alike."""
+    if not globs:
+        return True
+    # an incident concerns every series in it, not only the one that changed last
+    tests = {str(block(verdict, "series").get("test", ""))}
+    tests.update(str(member.get("test", "")) for member in _members(verdict))
+    return any(fnmatch.fnmatchcase(test, glob) for test in tests for glob in globs)
 
 
 # Characters of a commit a message shows (the dashboard shows as many).

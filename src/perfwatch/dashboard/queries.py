@@ -18,6 +18,7 @@ import orjson
 
 from perfwatch.adapters.verdict_feed import (
     block,
+    concerns_tests,
     counter_detail,
     kind_selected,
     listed,
@@ -208,7 +209,7 @@ def verdict_feed(
         if not kind_selected(entry.kind, kinds):
             continue
         item = feed_item(entry)
-        if test_glob and not fnmatch.fnmatchcase(item["facts"]["test"], test_glob):
+        if test_glob and not concerns_tests(item["verdict"], [test_glob]):
             continue
         items.append(item)
         if len(items) >= limit:

@@ -195,6 +195,29 @@ def test_a_webhook_that_is_no_http_url_is_bad_input() -> None:
         assert line.endswith("--webhook: not an http:// or https:// URL with a host name")
 
 
+@pytest.mark.parametrize(
+    "dead_letters",
+    ["perfwatch-verdicts", "persistent://public/default/perfwatch-verdicts"],
+)
+def test_forward_refuses_to_dead_letter_into_the_topic_it_forwards(dead_letters: str) -> None:
+    """A verdict the webhook refused would be read back from there and posted again."""
+    result = _invoke(
+        "forward",
+        "--webhook",
+        "http://127.0.0.1:9/",
+        "--undeliverable-topic",
+        dead_letters,
+        "--pulsar-url",
+        CLOSED_PORT_URL,
+    )
+    assert result.exit_code == 2, result.output
+    line = _error_line(result.stderr, "forward")
+    assert line.endswith(
+        f"--undeliverable-topic {dead_letters}: must be another topic than the verdicts "
+        "topic it forwards"
+    )
+
+
 IDENTITY_OPTIONS = {
     "publish": ("--test", "--run-id", "--commit", "--branch"),
     "profile": ("--test", "--branch"),
@@ -223,6 +246,31 @@ def test_a_blank_identity_flag_is_a_usage_error_naming_it(
     assert result.exit_code == 2, result.output
     assert _error_line(result.stderr, command).endswith(
         f"Invalid value for '{option}': must not be empty; leave the option out for its default"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["watch"], ["forward", "--webhook", "http://127.0.0.1:9/"], ["dashboard", "--port", "0"]],
+)
+def test_a_blank_subscription_is_a_usage_error_naming_it(command: list[str]) -> None:
+    """The broker refused it only once connected: exit status 3, "InvalidConfiguration"."""
+    result = _invoke(*command, "--subscription", "", "--pulsar-url", CLOSED_PORT_URL)
+    assert result.exit_code == 2, result.output
+    assert _error_line(result.stderr, command[0]).endswith(
+        "Invalid value for '--subscription': must not be empty; leave the option out for "
+        "its default"
+    )
+
+
+@pytest.mark.parametrize("command", [["watch"], ["forward", "--webhook", "http://127.0.0.1:9/"]])
+def test_a_blank_test_glob_is_a_usage_error_naming_it(command: list[str]) -> None:
+    """`forward --test "$SERVICE"` with the variable unset matched no test and filtered out
+    every alert, silently."""
+    result = _invoke(*command, "--test", "", "--pulsar-url", CLOSED_PORT_URL)
+    assert result.exit_code == 2, result.output
+    assert _error_line(result.stderr, command[0]).endswith(
+        "Invalid value for '--test': must not be empty; leave the option out for its default"
     )
 
 
@@ -833,3 +881,33 @@ def test_defaults_are_shown() -> None:
     result = _invoke("publish", "--help")
     shown = " ".join(result.output.split())
     assert "[default: (broker.connect_timeout in the config, else 10); x>0]" in shown
+
+
+def test_output_to_a_reader_that_went_away_ends_with_status_0() -> None:
+    """`perfwatch watch | head -1`: click ended the broken pipe with status 1, which a
+    script under `set -o pipefail` takes for a failure."""
+    examples = Path(__file__).resolve().parent.parent / "examples" / "nightly.jsonl"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    try:
+        ended = subprocess.run(
+            [*PERFWATCH, "analyze", str(examples)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+    assert ended.returncode == 0, ended.stderr
+    assert ended.stderr == ""
+
+
+def test_the_limit_says_what_it_counts() -> None:
+    """`forward --limit 1` read one verdict, mostly one it filters out, and posted nothing,
+    where its help said it stopped after one verdict as `watch` does."""
+    helps = {
+        name: " ".join(_invoke(name, "--help").output.split()) for name in ("watch", "forward")
+    }
+    assert "Stop after N verdicts shown." in helps["watch"]
+    assert "Stop after reading N verdicts, those filtered out included." in helps["forward"]

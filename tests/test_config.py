@@ -288,3 +288,38 @@ def test_flags_get_help_type_and_default_from_the_declarations() -> None:
     assert options["--subscription"].show_default == (
         "consumer.subscription in the config, else perfwatch"
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"topics.records": ""}, '[topics] records = "": must not be empty'),
+        ({"consumer.subscription": " "}, '[consumer] subscription = " ": must not be empty'),
+        (
+            {"topics.dead_letter": "persistent://public/default/perfwatch-records"},
+            'dead_letter = "persistent://public/default/perfwatch-records": must be another '
+            "topic than topics.records",
+        ),
+        (
+            {"topics.verdicts": "perfwatch-records"},
+            "must be another topic than topics.records",
+        ),
+        (
+            {"topics.records": "t/n/in", "topics.dead_letter": "persistent://t/n/in"},
+            'dead_letter = "persistent://t/n/in": must be another topic than topics.records',
+        ),
+        (
+            {"topics.dead_letter": "perfwatch-verdicts"},
+            "must be another topic than topics.verdicts",
+        ),
+    ],
+)
+def test_topics_and_subscription_are_checked_before_connecting(
+    tmp_path: Path, overrides: dict[str, str], message: str
+) -> None:
+    """An empty name was refused by the broker only after connecting (exit status 3, as if
+    it were down), and a dead-letter topic that is the records topic made `serve` read its
+    own dead letters back and dead-letter them again, for ever."""
+    with pytest.raises(ConfigError) as raised:
+        load_config(write(tmp_path, ""), env={}, overrides=overrides)
+    assert message in str(raised.value)

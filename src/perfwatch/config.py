@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -81,6 +83,12 @@ def _empty_is_none(value: Any) -> Any:
     return None if value == "" else value
 
 
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
 def _split_commas(value: Any) -> Any:
     if isinstance(value, str):
         return tuple(item.strip() for item in value.split(",") if item.strip())
@@ -90,6 +98,8 @@ def _split_commas(value: Any) -> Any:
 # A string that may be left empty ("" in the file or the environment: not set).
 OptionalStr = Annotated[str | None, BeforeValidator(_empty_is_none)]
 OptionalInt = Annotated[int | None, BeforeValidator(_empty_is_none)]
+# A topic or subscription name: the broker refuses an empty one only once connected.
+Name = Annotated[str, AfterValidator(_not_blank)]
 # A list of names; from the environment, comma-separated.
 NameList = Annotated[tuple[str, ...], BeforeValidator(_split_commas)]
 
@@ -159,16 +169,16 @@ class BrokerConfig(Section):
 
 
 class TopicsConfig(Section):
-    records: str = setting(
+    records: Name = setting(
         "persistent://public/default/perfwatch-records",
         "Topic of the records (`publish` sends them there, `serve` reads them).",
     )
-    verdicts: str = setting(
+    verdicts: Name = setting(
         "persistent://public/default/perfwatch-verdicts",
         "Topic of the verdicts (`serve` publishes them there; `watch`, `forward` and "
         "`dashboard` read them).",
     )
-    dead_letter: str = setting(
+    dead_letter: Name = setting(
         "persistent://public/default/perfwatch-dead-letter",
         "Topic the records that cannot be processed go to, with the reason.",
     )
@@ -184,9 +194,35 @@ class TopicsConfig(Section):
         ge=-1,
     )
 
+    @field_validator("verdicts", "dead_letter")
+    @classmethod
+    def _differs_from_earlier_topics(cls, topic: str, info: ValidationInfo) -> str:
+        # `serve` reads the records topic and `watch` the verdicts topic: a dead letter
+        # written to the records topic would be read back and dead-lettered for ever.
+        for other in ("records", "verdicts"):
+            if other == info.field_name:
+                break
+            if other in info.data and same_topic(topic, info.data[other]):
+                raise ValueError(f"must be another topic than topics.{other}")
+        return topic
+
+
+def same_topic(first: str, second: str) -> bool:
+    """Whether two names are one topic, once Pulsar completes the short ones."""
+    return _full_topic_name(first) == _full_topic_name(second)
+
+
+def _full_topic_name(topic: str) -> str:
+    """`name` -> `persistent://public/default/name`, `tenant/ns/name` -> `persistent://...`."""
+    if "://" in topic:
+        return topic
+    if topic.count("/") == 2:
+        return f"persistent://{topic}"
+    return f"persistent://public/default/{topic}"
+
 
 class ConsumerConfig(Section):
-    subscription: str = setting("perfwatch", "Subscription shared by all processors.")
+    subscription: Name = setting("perfwatch", "Subscription shared by all processors.")
     name: str = setting(
         "",
         "This processor's unique name: consumer name, verdict producer name and owner "

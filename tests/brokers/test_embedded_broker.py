@@ -426,6 +426,30 @@ def test_broker_orphaned_by_a_killed_parent_is_ended_on_next_start(
             os.kill(orphan_pid, signal.SIGKILL)
 
 
+def test_a_new_broker_on_the_folder_takes_its_last_port_and_clients_reconnect(
+    tmp_path: Path, unique_topic: Topic
+) -> None:
+    """A restarted `serve` starts a new broker on its folder: on a new port, the `watch`
+    and `forward` still running kept retrying the old one and never read again."""
+    data_dir = tmp_path / "broker"
+    topic = unique_topic("restarted")
+    with EmbeddedBroker(data_dir) as first:
+        client = make_client(first.service_url)
+        port = first.port
+    try:
+        with EmbeddedBroker(data_dir) as second:
+            assert second.port == port
+            client.create_producer(topic).send(b"after the restart")
+    finally:
+        client.close()
+    with socket.socket() as occupied:  # a port taken meanwhile: another one, as before
+        occupied.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        occupied.bind(("127.0.0.1", port))
+        occupied.listen()
+        with EmbeddedBroker(data_dir) as third:
+            assert third.port != port
+
+
 def test_busy_port_is_named_before_starting(tmp_path: Path) -> None:
     with socket.socket() as occupied:
         occupied.bind(("127.0.0.1", 0))

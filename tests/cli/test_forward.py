@@ -178,10 +178,26 @@ def test_slack_payload_and_template() -> None:
     assert text == {"text": "REGRESSION: api/search/p99 +12.3% at abc1234def56"}
     with pytest.raises(TemplateError, match=r"unknown field \{owner\}"):
         check_template("{owner} look at {test}")
-    with pytest.raises(TemplateError, match=r"unknown field \{change\}"):
+    # a known field with a format spec: said as such, not as an unknown field
+    with pytest.raises(TemplateError, match=r"field \{change\} takes no format spec"):
         check_template("{change:>10}")
+    with pytest.raises(TemplateError, match=r"field \{test\} takes no format spec"):
+        check_template("{test!r}")
     with pytest.raises(TemplateError, match="Single '}'"):
         check_template("oops }")
+
+
+@pytest.mark.parametrize("template", ["", "  "])
+def test_an_empty_template_is_refused_at_start(template: str) -> None:
+    """Slack answers 400 to a message without text: every alert went to the dead letters."""
+    command = ["forward", "--webhook", "http://127.0.0.1:9/", "--template", template]
+    # a broker nothing listens for: without the check the command fails there, later
+    command += ["--pulsar-url", "pulsar://127.0.0.1:9", "--connect-timeout", "1"]
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().endswith(
+        "--template: template is empty: a Slack message needs text"
+    )
 
 
 # --- through the brokers -----------------------------------------------------------------

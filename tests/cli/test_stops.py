@@ -119,6 +119,37 @@ def test_a_signal_while_connecting_ends_by_the_convention(
     assert "error:" not in stderr
 
 
+class _KilledBySigterm(Exception):
+    """What SIGTERM's default action, the process's death (status 143), is in the test."""
+
+
+def test_serve_stopped_while_it_loads_its_settings_ends_by_the_convention(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its imports and settings take a second or more on a busy machine, and a SIGTERM
+    then killed it (status 143) instead of stopping it (0)."""
+    from click.testing import CliRunner
+
+    from perfwatch.cli import serve
+    from perfwatch.cli.main import main
+
+    def stopped_while_loading(config_path: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the stop ends the command before the settings are read")
+
+    def die(signum: int, frame: object) -> None:
+        raise _KilledBySigterm
+
+    monkeypatch.setattr(serve, "load_command_config", stopped_while_loading)
+    previous = signal.signal(signal.SIGTERM, die)
+    try:
+        result = CliRunner().invoke(main, ["serve"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.exception is None, result.exception
+    assert result.exit_code == 0, result.output
+
+
 @pytest.mark.parametrize(("received", "status"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
 def test_serve_names_its_subscription_type_plainly_and_stops_by_the_convention(
     embedded_broker: BrokerHandle,

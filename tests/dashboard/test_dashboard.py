@@ -56,7 +56,7 @@ from perfwatch.processor.handlers import RecordHandler, baseline_key
 from perfwatch.processor.metric_info import MetricInfoHandler
 from perfwatch.processor.recommendations import InputsHandler
 from perfwatch.readers.input_profile import InputProfileFile, write_input_profile
-from perfwatch.state import Point, SeriesKey, StateStore, open_store
+from perfwatch.state import Point, SeriesKey, StateStore, StoreUnavailable, open_store
 
 T0 = datetime(2024, 3, 1, 2, 0, tzinfo=UTC)
 RUNS = 80
@@ -397,6 +397,28 @@ def test_series_detail_segments_match_the_points(filled_store: StateStore) -> No
         queries.series_detail(filled_store, SeriesKey.of("nope", "x"), ChangePointAnalysis())
         is None
     )
+
+
+def test_feed_test_glob_takes_an_incident_by_any_of_its_series(tmp_path: Path) -> None:
+    """As `watch --test` does: an incident another test's change updated still concerns
+    db.insert, which `test=db.*` missed (it matched the causing series only)."""
+    member = {"metric": "p99_ms", "attributes": {}, "finding_id": "f"}
+    incident = {
+        "schema": "perfwatch.verdict/v1",
+        "verdict_id": "i1",
+        "kind": "incident.updated",
+        "emitted_at": "2024-03-01T02:00:00Z",
+        "series": {"test": "api.search", "metric": "p99_ms", "attributes": {}},
+        "incident": {
+            "id": "x",
+            "members": [{**member, "test": "db.insert"}, {**member, "test": "api.search"}],
+        },
+    }
+    with open_store(f"sqlite:///{tmp_path / 'state.db'}") as store:
+        with store.transaction() as tx:
+            tx.add_verdict("i1", "incident.updated", orjson.dumps(incident), "t", "api.search")
+        assert [i["verdict_id"] for i in queries.verdict_feed(store, test_glob="db.*")] == ["i1"]
+        assert queries.verdict_feed(store, test_glob="render.*") == []
 
 
 def test_feed_is_newest_first_and_pages_without_overlap(filled_store: StateStore) -> None:
@@ -898,6 +920,36 @@ def test_api_errors_name_the_parameter(client: TestClient) -> None:
     bad_attribute = client.get("/api/inputs", params={"x": "colour"})
     assert bad_attribute.status_code == 400 and "colour" in bad_attribute.text
     assert client.get("/api/counters", params={"verdict": "0000"}).status_code == 404
+
+
+def test_a_store_that_does_not_answer_is_a_503_naming_it(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As /healthz says: not a 500 with a traceback in the log for every request."""
+    store = client.app.state.dashboard.store  # type: ignore[attr-defined]
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailable("postgresql://db/perfwatch: the connection is closed")
+
+    for method in ("series_keys", "verdicts"):
+        monkeypatch.setattr(store, method, down)
+    for path in ("/api/series", "/api/verdicts"):
+        response = client.get(path)
+        assert response.status_code == 503, path
+        assert response.text == (
+            "state store unavailable: postgresql://db/perfwatch: the connection is closed"
+        )
+
+
+def test_api_verdicts_kind_takes_a_family_as_watch_kind_does(client: TestClient) -> None:
+    """`kind=counter_regression` found nothing and a mistyped kind answered an empty list,
+    where `perfwatch watch --kind` takes the family and refuses the typo."""
+    exact = client.get("/api/verdicts", params={"kind": "counter_regression.detected"}).json()
+    family = client.get("/api/verdicts", params={"kind": "counter_regression"}).json()
+    assert exact["verdicts"] and family == exact
+    typo = client.get("/api/verdicts", params={"kind": "counter_checks"})
+    assert typo.status_code == 400
+    assert "query parameter 'kind': unknown kind 'counter_checks'" in typo.text
 
 
 def test_api_counters_inputs_and_resources(client: TestClient) -> None:

@@ -46,7 +46,11 @@ from perfwatch.contract.models import Record, SeriesRef, Verdict
 from perfwatch.contract.validation import validate_verdict
 from perfwatch.contract.verdicts import DETECTED, BeliefChange, make_verdict
 from perfwatch.processor.changepoints import ChangePointHandler
-from perfwatch.processor.observability import ProcessorMetrics, configure_logging
+from perfwatch.processor.observability import (
+    STORE_LOGGERS,
+    ProcessorMetrics,
+    configure_logging,
+)
 from perfwatch.state import StateStore, StoreTransaction, open_store
 
 TIMEOUT = 120.0
@@ -351,6 +355,15 @@ def check_prometheus_conventions(text: str) -> None:
             assert name.endswith("_seconds"), name
 
 
+def _restore_loggers() -> None:
+    """Undo `configure_logging`: its handlers write to this test's captured stderr."""
+    for name in STORE_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+        logger.setLevel(logging.NOTSET)
+
+
 def test_json_logs_carry_the_fields(capsys: pytest.CaptureFixture[str]) -> None:
     configure_logging("json", "info")
     try:
@@ -358,11 +371,25 @@ def test_json_logs_carry_the_fields(capsys: pytest.CaptureFixture[str]) -> None:
             "record dead-lettered", extra={"reason": "schema", "path": "$.test"}
         )
     finally:
-        logging.getLogger("perfwatch").handlers.clear()
+        _restore_loggers()
     line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert line["message"] == "record dead-lettered"
     assert line["level"] == "warning" and line["logger"] == "perfwatch.processor"
     assert line["reason"] == "schema" and line["path"] == "$.test"
+
+
+def test_json_logs_take_in_the_database_drivers_warnings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """psycopg warns of a connection lost mid-batch; that line was bare text among JSON."""
+    configure_logging("json", "info")
+    try:
+        logging.getLogger("psycopg").warning("error ignored terminating %r: %s", "pipe", "lost")
+    finally:
+        _restore_loggers()
+    line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert line["message"] == "error ignored terminating 'pipe': lost"
+    assert line["level"] == "warning" and line["logger"] == "psycopg"
 
 
 def test_serve_stops_gracefully_on_sigterm(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from perfwatch.state import (
     SeriesKey,
     StateStore,
     StoreError,
+    StoreUnavailable,
     open_store,
 )
 from perfwatch.state.sqlite import SqliteStore
@@ -415,3 +416,43 @@ def run_concurrently(url: str, jobs: list[Callable[[StateStore], None]]) -> None
     for store in stores:
         store.close()
     assert not errors, errors
+
+
+@pytest.mark.postgres
+def test_postgres_connection_lost_is_one_line_without_the_password(postgres_url: str) -> None:
+    """`serve` reports a lost store as its one error line: libpq's message has its hint
+    on lines of their own, and the URL it was opened with may carry the password."""
+    import psycopg
+
+    with_password = postgres_url.replace(
+        "postgresql://perfwatch@", "postgresql://perfwatch:s3cret@"
+    )
+    assert "s3cret" in with_password, "the test server's URL names the user perfwatch"
+    with open_store(with_password) as store:
+        backend = store._connection.info.backend_pid  # type: ignore[attr-defined]
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        with pytest.raises(StoreUnavailable) as raised:
+            add(store, KEY, "r1", 1.0)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "s3cret" not in message
+    assert "***" in message
+
+
+@pytest.mark.postgres
+def test_postgres_store_answers_again_after_its_connection_was_lost(postgres_url: str) -> None:
+    """The dashboard keeps one store open: after a database restart its /healthz and pages
+    failed for good ("the connection is closed") until the dashboard itself restarted."""
+    import psycopg
+
+    with open_store(postgres_url) as store:
+        add(store, KEY, "r1", 1.0)
+        backend = store._connection.info.backend_pid  # type: ignore[attr-defined]
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        with pytest.raises(StoreUnavailable):
+            store.series_count()
+        assert store.series_count() == 1
+        add(store, KEY, "r2", 2.0)
+        assert [point.run_id for point in store.series_points(KEY)] == ["r1", "r2"]

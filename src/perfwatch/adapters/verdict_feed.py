@@ -24,6 +24,25 @@ if TYPE_CHECKING:
     import pulsar
 
 KINDS: tuple[str, ...] = get_args(VerdictKind)
+KIND_FAMILIES: tuple[str, ...] = tuple(sorted({kind.partition(".")[0] for kind in KINDS}))
+
+
+def unknown_kind_error(wanted: str) -> str | None:
+    """Why `wanted` selects no verdict kind (None: it is a kind or a family), for `--kind`
+    and the dashboard's `kind` parameter alike."""
+    if wanted in KINDS or wanted in KIND_FAMILIES:
+        return None
+    return (
+        f"unknown kind {wanted!r}; use one of {', '.join(KINDS)} or a family "
+        f"({', '.join(KIND_FAMILIES)})"
+    )
+
+
+def kind_selected(kind: str, wanted: Sequence[str]) -> bool:
+    """Whether `kind` is one of `wanted`, each an exact kind or a family ("change_point");
+    an empty `wanted` selects every kind."""
+    return not wanted or any(kind == one or kind.startswith(f"{one}.") for one in wanted)
+
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -143,10 +162,7 @@ class VerdictFilter:
             return False
         if not followed and not self._concerns_the_tests(verdict):
             return False
-        kind = str(verdict.get("kind", ""))
-        if self.kinds and not any(
-            kind == wanted or kind.startswith(f"{wanted}.") for wanted in self.kinds
-        ):
+        if not kind_selected(str(verdict.get("kind", "")), self.kinds):
             return False
         if self.regressions_only and not followed and not is_regression(verdict):
             return False
@@ -178,12 +194,18 @@ class VerdictFilter:
         return followed
 
     def _concerns_the_tests(self, verdict: Mapping[str, Any]) -> bool:
-        if not self.tests:
-            return True
-        # an incident concerns every series in it, not only the one that changed last
-        tests = {str(block(verdict, "series").get("test", ""))}
-        tests.update(str(member.get("test", "")) for member in _members(verdict))
-        return any(fnmatch.fnmatchcase(test, glob) for test in tests for glob in self.tests)
+        return concerns_tests(verdict, self.tests)
+
+
+def concerns_tests(verdict: Mapping[str, Any], globs: Sequence[str]) -> bool:
+    """Whether the verdict is of a test matching one of `globs` (none: every verdict), for
+    `--test` and the dashboard's `test` parameter alike."""
+    if not globs:
+        return True
+    # an incident concerns every series in it, not only the one that changed last
+    tests = {str(block(verdict, "series").get("test", ""))}
+    tests.update(str(member.get("test", "")) for member in _members(verdict))
+    return any(fnmatch.fnmatchcase(test, glob) for test in tests for glob in globs)
 
 
 # Characters of a commit a message shows (the dashboard shows as many).

@@ -54,6 +54,10 @@ class TemplateError(ValueError):
 
 def check_template(template: str) -> str:
     """The template itself, or TemplateError naming the unknown field or the syntax error."""
+    if not template.strip():
+        # Slack refuses a message without text (400 no_text): every alert would be
+        # dead-lettered.
+        raise TemplateError("template is empty: a Slack message needs text")
     try:
         parts = list(string.Formatter().parse(template))
     except ValueError as error:
@@ -61,10 +65,16 @@ def check_template(template: str) -> str:
     for _, field, spec, conversion in parts:
         if field is None:
             continue
-        if field not in TEMPLATE_FIELDS or spec or conversion:
+        if field not in TEMPLATE_FIELDS:
             raise TemplateError(
                 f"template {template!r}: unknown field {{{field}}}; "
                 f"use plain fields among {', '.join(TEMPLATE_FIELDS)}"
+            )
+        if spec or conversion:
+            # the fields are strings: a numeric spec (:.1f) would fail only when posting
+            raise TemplateError(
+                f"template {template!r}: field {{{field}}} takes no format spec or "
+                "conversion; write it plain"
             )
     return template
 

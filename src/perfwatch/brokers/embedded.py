@@ -10,6 +10,7 @@ Layout of the data folder (default ``~/.local/share/perfwatch/embedded``)::
     pulsar-lite.toml   written before every start: warn-level logs, metrics off
     broker.rocksdb/    the broker's data (RocksDB; locked while a broker runs)
     broker.pid         JSON: broker pid, port, and the pid of the process that owns it
+    broker.port        the port of the last start, taken again by the next one when free
     broker.log         the broker's output
 
 Without the config file pulsar-lite opens a Prometheus server on 0.0.0.0:8080 and
@@ -52,6 +53,7 @@ logger = logging.getLogger(__name__)
 CONFIG_NAME = "pulsar-lite.toml"
 DB_NAME = "broker.db"  # pulsar-lite stores it as broker.rocksdb/
 PID_NAME = "broker.pid"
+PORT_NAME = "broker.port"
 LOG_NAME = "broker.log"
 
 BROKER_CONFIG = """\
@@ -157,9 +159,10 @@ class EmbeddedBroker(ChildProcessBroker):
         config = self.data_dir / CONFIG_NAME
         config.write_text(BROKER_CONFIG)
         if self.port is None:
-            self.port = free_loopback_ports(1)[0]
+            self.port = self._last_port_if_free() or free_loopback_ports(1)[0]
         elif not port_is_free(self.port):
             raise EmbeddedBrokerError(f"port {self.port} on 127.0.0.1 is already in use")
+        (self.data_dir / PORT_NAME).write_text(f"{self.port}\n")
         command = [
             find_pulsar_lite_binary(),
             "--config",
@@ -189,6 +192,15 @@ class EmbeddedBroker(ChildProcessBroker):
             self._abandon_start(error)
             raise
         return self
+
+    def _last_port_if_free(self) -> int | None:
+        """The port this folder's broker had before: the clients of a restarted `serve`'s
+        broker (`watch`, `forward`, `dashboard`) keep retrying that URL, and reconnect."""
+        try:
+            port = int((self.data_dir / PORT_NAME).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return port if 0 < port < 65536 and port_is_free(port) else None
 
     def _reclaim_orphan(self) -> None:
         record = self._pid_file.live_broker()

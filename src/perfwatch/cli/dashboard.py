@@ -13,7 +13,7 @@ import click
 from perfwatch._optional import require
 from perfwatch.cli.broker import sole_embedded_consumer
 from perfwatch.cli.errors import InputError, ServiceUnavailable, bound_socket
-from perfwatch.cli.flags import FiniteFloatRange
+from perfwatch.cli.flags import FiniteFloatRange, NonBlankText
 from perfwatch.cli.options import (
     broker_options,
     load_command_config,
@@ -35,6 +35,7 @@ DASHBOARD_MODULES = ("starlette", "uvicorn", "jinja2", "plotly")
 @store_option
 @click.option(
     "--subscription",
+    type=NonBlankText(),
     help="Follow the verdicts topic through this durable subscription, kept on exit: a "
     "restarted dashboard resumes from it. Without it the dashboard reads with a Pulsar "
     "reader and leaves nothing on the broker.",
@@ -83,11 +84,11 @@ def dashboard(
 
         from perfwatch.dashboard.app import DashboardSettings, create_app
         from perfwatch.dashboard.live import TopicSettings
-        from perfwatch.processor.observability import configure_logging
+        from perfwatch.processor.observability import STORE_LOGGERS, configure_logging
 
         level = config.observability.log_level
         # The web server's lines in the same format (JSON logs are one object per line).
-        configure_logging(config.observability.log_format, level, ("perfwatch", "uvicorn"))
+        configure_logging(config.observability.log_format, level, (*STORE_LOGGERS, "uvicorn"))
 
         topic = None
         if follow_topic:

@@ -136,6 +136,18 @@ class CommandLineGroup(click.Group):
             return super().main(args, prog_name, complete_var, False, **extra)
         sys.exit(self._run(args, prog_name or PROGRAM, complete_var, **extra))
 
+    def invoke(self, ctx: click.Context) -> Any:
+        # Here rather than around `main`: click's `main` ends a broken pipe with status 1.
+        try:
+            return super().invoke(ctx)
+        except OSError as error:
+            if error.errno != errno.EPIPE:
+                raise
+            # The reader of stdout went away (`perfwatch watch | head`): nothing is wrong,
+            # and nothing more can be written there, not even at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
+
     def _run(
         self,
         args: Sequence[str] | None,
@@ -151,13 +163,6 @@ class CommandLineGroup(click.Group):
             else:
                 _show(error, error)
             return error.exit_code
-        except OSError as error:
-            if error.errno != errno.EPIPE:
-                raise
-            # The reader of stdout went away (`perfwatch watch | head`): nothing is wrong,
-            # and nothing more can be written there, not even at exit.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return EXIT_OK
         except BaseException as error:
             if _interrupted(error):
                 return EXIT_INTERRUPTED

@@ -54,9 +54,11 @@ def config_option(command: Callable[..., Any]) -> Any:
     )(command)
 
 
-class IdentityText(click.ParamType):
-    """A test id, run id, commit or branch given on the command line: never blank, since a
-    blank value would replace the report's own, or CI's, with nothing."""
+class NonBlankText(click.ParamType):
+    """A name given on the command line that must not be blank: a test id, run id, commit
+    or branch (a blank one would replace the report's own, or CI's, with nothing), a test
+    glob (it would match no test), or a subscription (the broker refuses an empty one only
+    once connected, as if it failed)."""
 
     name = "text"
 
@@ -84,7 +86,7 @@ class RecordTime(click.ParamType):
 
 def identity_option(*param_decls: str, **attributes: Any) -> Decorator:
     """An option naming the test, run id, commit or branch of the records a command sends."""
-    return click.option(*param_decls, type=IdentityText(), **attributes)
+    return click.option(*param_decls, type=NonBlankText(), **attributes)
 
 
 branch_option = identity_option(

@@ -22,9 +22,10 @@ from perfwatch.adapters.webhook import (
 )
 from perfwatch.cli.broker import connected_client, sole_embedded_consumer
 from perfwatch.cli.errors import InputError
-from perfwatch.cli.flags import FiniteFloatRange
+from perfwatch.cli.flags import FiniteFloatRange, NonBlankText
 from perfwatch.cli.signals import stop_on_signals
 from perfwatch.cli.watch import VerdictSource, verdict_source_options
+from perfwatch.config import same_topic
 
 if TYPE_CHECKING:
     import pulsar
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--subscription",
+    type=NonBlankText(),
     default="perfwatch-forward",
     show_default=True,
     help="Durable subscription: a restarted forwarder resumes where it stopped.",
@@ -144,6 +146,12 @@ def forward(
     except TemplateError as error:
         raise InputError(f"--template: {error}") from None
     undeliverable_topic = undeliverable_topic or f"{source.topic}-{subscription}-DLQ"
+    if same_topic(undeliverable_topic, source.topic):
+        # a refused verdict would be read back and posted again, for ever
+        raise InputError(
+            f"--undeliverable-topic {undeliverable_topic}: must be another topic than the "
+            "verdicts topic it forwards"
+        )
 
     import pulsar
 

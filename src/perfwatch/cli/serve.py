@@ -102,16 +102,18 @@ def serve(config_path: Path | None) -> None:
     (later wins); see perfwatch.example.toml. SIGTERM or SIGINT finishes the
     batch in hand, flushes the producers and exits.
     """
-    from perfwatch.processor.loop import ProcessorError
-    from perfwatch.processor.observability import configure_logging
-    from perfwatch.state import StoreError, StoreUnavailable
+    # From the start: the imports and settings take a second or more on a busy machine,
+    # and a service manager's stop then is an orderly stop too, not a death by SIGTERM.
+    with stop_on_signals() as stop:
+        from perfwatch.processor.loop import ProcessorError
+        from perfwatch.processor.observability import configure_logging
+        from perfwatch.state import StoreError, StoreUnavailable
 
-    config = load_command_config(config_path)
-    configure_logging(config.observability.log_format, config.observability.log_level)
-    try:
-        with stop_on_signals() as stop:
+        config = load_command_config(config_path)
+        configure_logging(config.observability.log_format, config.observability.log_level)
+        try:
             run_processor(config, stop)
-    except StoreUnavailable as error:
-        raise ServiceUnavailable(f"state store unavailable: {error}") from None
-    except (StoreError, ProcessorError) as error:
-        raise InputError(str(error)) from None
+        except StoreUnavailable as error:
+            raise ServiceUnavailable(f"state store unavailable: {error}") from None
+        except (StoreError, ProcessorError) as error:
+            raise InputError(str(error)) from None

@@ -21,9 +21,10 @@ from perfwatch.adapters.verdict_feed import (
     parse_since,
     receive_messages,
     summary_fields,
+    unknown_kind_error,
 )
 from perfwatch.cli.broker import connected_client, sole_embedded_consumer
-from perfwatch.cli.flags import FiniteFloatRange, output_format_option
+from perfwatch.cli.flags import FiniteFloatRange, NonBlankText, output_format_option
 from perfwatch.cli.options import broker_options, load_command_config, verdicts_topic_option
 from perfwatch.cli.signals import stop_on_signals
 from perfwatch.config import Config
@@ -127,6 +128,8 @@ def _with_source_options(command: Callable[..., Any], *, alerts_only: bool) -> C
             "--test",
             "tests",
             multiple=True,
+            # `--test "$UNSET"` would match no test and filter out every alert
+            type=NonBlankText(),
             metavar="GLOB",
             help="Only these tests (an incident: if any of its series is one; then its later "
             "events too).",
@@ -157,7 +160,14 @@ def _with_source_options(command: Callable[..., Any], *, alerts_only: bool) -> C
             "already published too (reading starts at the oldest verdict kept).",
         ),
         click.option("--from-earliest", is_flag=True, help="Start at the oldest verdict kept."),
-        click.option("--limit", type=click.IntRange(min=1), help="Stop after N verdicts."),
+        click.option(
+            "--limit",
+            type=click.IntRange(min=1),
+            # forward counts what it reads: a group's alerts are posted after later reads
+            help="Stop after N verdicts shown."
+            if not alerts_only
+            else "Stop after reading N verdicts, those filtered out included.",
+        ),
         click.option(
             "--idle-timeout",
             type=FiniteFloatRange(min=0),
@@ -176,14 +186,9 @@ def _build_filter(
     since: str | None,
     alerts_only: bool,
 ) -> VerdictFilter:
-    families = {kind.partition(".")[0] for kind in KINDS}
     for kind in kinds:
-        if kind not in KINDS and kind not in families:
-            raise click.BadParameter(
-                f"unknown kind {kind!r}; use one of {', '.join(KINDS)} or a family "
-                f"({', '.join(sorted(families))})",
-                param_hint="--kind",
-            )
+        if (error := unknown_kind_error(kind)) is not None:
+            raise click.BadParameter(error, param_hint="--kind")
     chosen_families = {kind.partition(".")[0] for kind in kinds}
     if alerts_only and "change_point" in chosen_families and "incident" not in chosen_families:
         click.echo(
@@ -235,6 +240,7 @@ class _ReaderFeed:
 @click.option("--color/--no-color", default=None, help="Colour the lines [default: on a terminal].")
 @click.option(
     "--subscription",
+    type=NonBlankText(),
     help="Read through this durable subscription, kept on exit: the next watch with it "
     "resumes where this one stopped. Without it, watch reads without a subscription.",
 )

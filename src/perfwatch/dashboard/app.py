@@ -29,11 +29,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from perfwatch import __version__
+from perfwatch.adapters.verdict_feed import unknown_kind_error
 from perfwatch.config import Config
 from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.analysis import ChangePointAnalysis
 from perfwatch.dashboard.live import TopicListener, TopicSettings, VerdictHub, decode_verdict
-from perfwatch.state import SeriesKey, StateStore, StoreError, open_store
+from perfwatch.state import SeriesKey, StateStore, StoreError, StoreUnavailable, open_store
 
 log = logging.getLogger("perfwatch.dashboard")
 
@@ -182,6 +183,9 @@ async def api_verdicts(request: Request) -> Response:
     limit = _query_int(request, "limit", 100, 1, 10_000)
     before = _query_int(request, "before", None, 1, 2**62)
     kinds = [k for k in request.query_params.getlist("kind") if k]
+    for kind in kinds:
+        if (error := unknown_kind_error(kind)) is not None:
+            raise HTTPException(400, f"query parameter 'kind': {error}")
     test = request.query_params.get("test") or None
     items = await run_in_threadpool(
         lambda: queries.verdict_feed(
@@ -348,6 +352,13 @@ async def _poll_forever(state: DashboardState) -> None:
             log.warning("polling the state store failed", extra={"error": str(err)})
 
 
+async def _store_unavailable(request: Request, error: Exception) -> Response:
+    """A database that does not answer is an outage, as /healthz says: 503 with the reason,
+    not a 500 and a traceback per request."""
+    log.warning("the state store is unavailable", extra={"error": str(error)})
+    return Response(f"state store unavailable: {error}", 503, media_type="text/plain")
+
+
 def create_app(settings: DashboardSettings) -> Starlette:
     """The ASGI application; the store is opened and the live sources started on startup."""
     state = DashboardState(settings)
@@ -389,7 +400,11 @@ def create_app(settings: DashboardSettings) -> Starlette:
         Route("/static/vendor/plotly.min.js", plotly_js),
         Mount("/static", StaticFiles(directory=_PACKAGE_DIR / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={StoreUnavailable: _store_unavailable},
+    )
     app.state.dashboard = state
     app.state.templates = Jinja2Templates(directory=_PACKAGE_DIR / "templates")
     return app

@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from perfwatch.adapters.verdict_feed import block, counter_detail, listed, summary_fields
+from perfwatch.adapters.verdict_feed import (
+    block,
+    concerns_tests,
+    counter_detail,
+    kind_selected,
+    listed,
+    summary_fields,
+)
 from perfwatch.contract.models import InputProfile
 from perfwatch.dashboard.analysis import ChangePointAnalysis, episodes, status_of
 from perfwatch.detectors.inputs import ATTRIBUTES as INPUT_ATTRIBUTES
@@ -191,19 +198,18 @@ def verdict_feed(
     limit: int = 100,
     before_seq: int | None = None,
     series_key: SeriesKey | None = None,
-    kinds: Iterable[str] = (),
+    kinds: Sequence[str] = (),
     test_glob: str | None = None,
 ) -> list[dict[str, Any]]:
     """Verdicts newest first; page with `before_seq` (the smallest seq already shown)."""
-    wanted_kinds = set(kinds)
     items: list[dict[str, Any]] = []
     for entry in reversed(list(store.verdicts(series_key=series_key))):
         if before_seq is not None and entry.seq >= before_seq:
             continue
-        if wanted_kinds and entry.kind not in wanted_kinds:
+        if not kind_selected(entry.kind, kinds):
             continue
         item = feed_item(entry)
-        if test_glob and not fnmatch.fnmatchcase(item["facts"]["test"], test_glob):
+        if test_glob and not concerns_tests(item["verdict"], [test_glob]):
             continue
         items.append(item)
         if len(items) >= limit:

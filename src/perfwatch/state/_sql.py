@@ -438,6 +438,11 @@ class SqlStore(StateStore):
         self.parameter_limit = self._parameter_limit()
         self._migrate()
 
+    @property
+    def shown_url(self) -> str:
+        """The URL as error messages show it: without a password (see PostgresStore)."""
+        return self.url
+
     @abstractmethod
     def _connect(self) -> Any: ...
 
@@ -475,7 +480,7 @@ class SqlStore(StateStore):
     @contextmanager
     def _sql_transaction(self) -> Iterator[SqlTransaction]:
         with self._lock, self._translate_errors():
-            control = self._connection.cursor()
+            control = self._open_connection().cursor()
             try:
                 with self._batched():
                     control.execute(self.begin_sql)
@@ -489,12 +494,21 @@ class SqlStore(StateStore):
             finally:
                 control.close()
 
+    def _open_connection(self) -> Any:
+        """The connection, made again if the last one was lost (the database restarted):
+        the call that lost it failed, and the next ones work once the database answers,
+        so a dashboard left running recovers by itself (the processor stops instead)."""
+        if self._connection_lost():
+            self._connection.close()
+            self._connection = self._connect()
+        return self._connection
+
     @contextmanager
     def _translate_errors(self) -> Iterator[None]:
         try:
             yield
         except self.unavailable_errors as err:
-            raise StoreUnavailable(f"{self.url}: {err}") from err
+            raise StoreUnavailable(f"{self.shown_url}: {one_line(err)}") from err
 
     @abstractmethod
     def _connection_lost(self) -> bool: ...
@@ -508,7 +522,7 @@ class SqlStore(StateStore):
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock, self._translate_errors():
-            cursor = self._connection.cursor()
+            cursor = self._open_connection().cursor()
             try:
                 cursor.execute(self.dialect(sql), params)
                 return cursor.fetchall()
@@ -523,7 +537,7 @@ class SqlStore(StateStore):
             current = int(row[0]) if row else 0
             if current > len(MIGRATIONS):
                 raise StoreError(
-                    f"{self.url}: schema version {current} is newer than this perfwatch "
+                    f"{self.shown_url}: schema version {current} is newer than this perfwatch "
                     f"understands ({len(MIGRATIONS)}); upgrade perfwatch"
                 )
             for version, statements in enumerate(MIGRATIONS[current:], start=current + 1):
@@ -607,3 +621,9 @@ class SqlStore(StateStore):
     def close(self) -> None:
         with self._lock:
             self._connection.close()
+
+
+def one_line(error: BaseException) -> str:
+    """A driver's message on one line: libpq puts its hint ("Is the server running ...?",
+    "This probably means ...") on lines of their own, and errors are reported as one line."""
+    return " ".join(str(error).split())

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from perfwatch.state._sql import SqlStore, SqlTransaction
+from perfwatch.state._sql import SqlStore, SqlTransaction, one_line
 from perfwatch.state.base import StoreError, StoreUnavailable
 
 # Arbitrary constant naming perfwatch's schema-migration advisory lock.
@@ -57,26 +57,23 @@ class PostgresStore(SqlStore):
         # read or with COMMIT; an error still surfaces before the commit returns.
         return self._connection.pipeline()
 
+    @property
+    def shown_url(self) -> str:
+        return _redacted(self.url)
+
     def _connect(self) -> psycopg.Connection:
         try:
             return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as err:  # server down, unreachable or refusing
-            raise StoreUnavailable(
-                f"{_redacted(self.url)}: cannot connect: {_one_line(err)}"
-            ) from err
+            raise StoreUnavailable(f"{self.shown_url}: cannot connect: {one_line(err)}") from err
         except psycopg.Error as err:
-            raise StoreError(f"{_redacted(self.url)}: cannot connect: {_one_line(err)}") from err
+            raise StoreError(f"{self.shown_url}: cannot connect: {one_line(err)}") from err
 
     def _lock_migrations(self, tx: SqlTransaction) -> None:
         tx.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_ID,))
 
     def _connection_lost(self) -> bool:
         return bool(self._connection.closed or self._connection.broken)
-
-
-def _one_line(error: psycopg.Error) -> str:
-    """libpq's message, whose hint ("Is the server running ...?") is on a line of its own."""
-    return " ".join(str(error).split())
 
 
 def _redacted(url: str) -> str:

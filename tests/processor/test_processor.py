@@ -47,7 +47,7 @@ from perfwatch.contract.validation import validate_verdict
 from perfwatch.contract.verdicts import DETECTED, BeliefChange, make_verdict
 from perfwatch.processor.changepoints import ChangePointHandler
 from perfwatch.processor.observability import (
-    STORE_LOGGERS,
+    SERVICE_LOGGERS,
     ProcessorMetrics,
     configure_logging,
 )
@@ -357,7 +357,7 @@ def check_prometheus_conventions(text: str) -> None:
 
 def _restore_loggers() -> None:
     """Undo `configure_logging`: its handlers write to this test's captured stderr."""
-    for name in STORE_LOGGERS:
+    for name in SERVICE_LOGGERS:
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True

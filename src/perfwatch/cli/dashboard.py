@@ -84,11 +84,11 @@ def dashboard(
 
         from perfwatch.dashboard.app import DashboardSettings, create_app
         from perfwatch.dashboard.live import TopicSettings
-        from perfwatch.processor.observability import STORE_LOGGERS, configure_logging
+        from perfwatch.processor.observability import SERVICE_LOGGERS, configure_logging
 
         level = config.observability.log_level
         # The web server's lines in the same format (JSON logs are one object per line).
-        configure_logging(config.observability.log_format, level, (*STORE_LOGGERS, "uvicorn"))
+        configure_logging(config.observability.log_format, level, (*SERVICE_LOGGERS, "uvicorn"))
 
         topic = None
         if follow_topic:

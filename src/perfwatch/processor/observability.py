@@ -167,10 +167,12 @@ class TextLogFormatter(logging.Formatter):
 
 # perfwatch's own loggers and psycopg's, whose warnings (a connection lost while a
 # statement batch was open, ...) otherwise went out as bare lines among the JSON ones.
-STORE_LOGGERS = ("perfwatch", "psycopg")
+SERVICE_LOGGERS = ("perfwatch", "psycopg")
 
 
-def configure_logging(log_format: str, level: str, loggers: Sequence[str] = STORE_LOGGERS) -> None:
+def configure_logging(
+    log_format: str, level: str, loggers: Sequence[str] = SERVICE_LOGGERS
+) -> None:
     """Send the logs of `loggers` (perfwatch's own, and those of a library whose lines
     should read the same) to stderr as text or JSON lines."""
     handler = logging.StreamHandler()

@@ -160,7 +160,7 @@ class VerdictFilter:
         followed = self._follows(verdict)
         if self.alerts_only and not is_alert(verdict):
             return False
-        if not followed and not self._concerns_the_tests(verdict):
+        if not followed and not concerns_tests(verdict, self.tests):
             return False
         if not kind_selected(str(verdict.get("kind", "")), self.kinds):
             return False
@@ -187,14 +187,11 @@ class VerdictFilter:
         followed = incident_id in self._followed_incidents
         if not listed(incident, "members"):
             self._followed_incidents.discard(incident_id)
-        elif self._concerns_the_tests(verdict) and (
+        elif concerns_tests(verdict, self.tests) and (
             not self.regressions_only or is_regression(verdict)
         ):
             self._followed_incidents.add(incident_id)
         return followed
-
-    def _concerns_the_tests(self, verdict: Mapping[str, Any]) -> bool:
-        return concerns_tests(verdict, self.tests)
 
 
 def concerns_tests(verdict: Mapping[str, Any], globs: Sequence[str]) -> bool:

@@ -8,6 +8,7 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfwatch.cli.errors import InputError, ServiceUnavailable
@@ -83,6 +84,14 @@ def connected_client(config: Config, *, topic: str) -> Iterator[pulsar.Client]:
         yield client
 
 
+def embedded_folder(config: Config) -> Path:
+    """The data folder of the embedded broker the configuration names (its default
+    when none)."""
+    from perfwatch.brokers.embedded import default_data_dir
+
+    return config.broker.embedded_data_dir or default_data_dir()
+
+
 @contextmanager
 def sole_embedded_consumer(
     config: Config,
@@ -102,9 +111,7 @@ def sole_embedded_consumer(
     if config.broker.url not in (None, "embedded"):
         yield
         return
-    from perfwatch.brokers.embedded import default_data_dir
-
-    folder = config.broker.embedded_data_dir or default_data_dir()
+    folder = embedded_folder(config)
     folder.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(f"{topic}\0{subscription}".encode()).hexdigest()[:16]
     with open(folder / f"consumer-{key}.lock", "a+") as lock:

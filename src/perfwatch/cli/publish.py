@@ -269,7 +269,7 @@ def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> Non
     """Publish validated records and wait for every acknowledgement; a broker that is not
     reached or does not acknowledge is ServiceUnavailable (`publish`, `profile --publish`)."""
     from perfwatch.adapters.publisher import Publisher, PublishError
-    from perfwatch.cli.broker import connected_client
+    from perfwatch.cli.broker import connected_client, embedded_folder
 
     topic = config.topics.records
     with connected_client(config, topic=topic) as client:
@@ -285,14 +285,12 @@ def send_records(ready: list[tuple[dict[str, Any], str]], config: Config) -> Non
         err=True,
     )
     if config.broker.url in (None, "embedded") and _in_ci(os.environ):
-        from perfwatch.brokers.embedded import default_data_dir
-
         # On a CI runner the embedded broker ends with the job: most likely a broker URL
         # (a secret, say) that is missing, not records meant for this machine.
         report(
             "no broker URL is set (--pulsar-url, PERFWATCH_BROKER_URL, [broker] url): the "
             "records went to the embedded broker in "
-            f"{config.broker.embedded_data_dir or default_data_dir()} on this CI "
+            f"{embedded_folder(config)} on this CI "
             "machine, which only a perfwatch serve on this machine reads",
             level="warning",
         )

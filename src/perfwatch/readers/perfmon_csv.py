@@ -109,11 +109,11 @@ def perfmon_start(rows: list[tuple[int, list[str]]]) -> datetime | None:
     if len(rows) < 2 or not rows[0][1] or not rows[1][1]:
         return None
     bias = _BIAS.search(rows[0][1][0])
+    if bias is None:
+        return None
     try:
         local = datetime.strptime(rows[1][1][0].strip(), _SAMPLE_TIME)
     except ValueError:
-        return None
-    if bias is None:
         return None
     return (local + timedelta(minutes=int(bias["minutes"]))).replace(tzinfo=UTC)
 

@@ -140,7 +140,7 @@ class _Fits:
         return self._cache[key]
 
 
-def _workload_blocks(run: CounterSamples, block: int = 10) -> np.ndarray:
+def steady_blocks(run: CounterSamples, block: int = 10) -> np.ndarray:
     """A run's steady state in block means, as the check prepares it."""
     filled = fill_missing(run.values)
     start, end = steady_state_window(filled)
@@ -148,16 +148,16 @@ def _workload_blocks(run: CounterSamples, block: int = 10) -> np.ndarray:
     return block_means(filled[start:end], block)
 
 
-def _workload_model(
-    fit_on: list[np.ndarray], judged: np.ndarray, dependents: list[int]
+def linear_model(
+    fit_on: list[np.ndarray], judged: np.ndarray, dependents: list[int], predictors: list[int]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per dependent, an OLS model on the workload counters fitted on ``fit_on``: the
-    judged run's blocks (blocks x dependents) and their predictions."""
-    workload = [COUNTERS.index(name) for name in WORKLOAD]
+    """Per dependent, an OLS model on the ``predictors`` (column indices; none: the mean)
+    fitted on the blocks of ``fit_on``: the judged run's blocks (blocks x dependents) and
+    their predictions."""
     pooled = np.vstack(fit_on)
-    design = np.column_stack([np.ones(len(pooled)), pooled[:, workload]])
+    design = np.column_stack([np.ones(len(pooled)), pooled[:, predictors]])
     coef, *_ = np.linalg.lstsq(design, pooled[:, dependents], rcond=None)
-    predicted = np.column_stack([np.ones(len(judged)), judged[:, workload]]) @ coef
+    predicted = np.column_stack([np.ones(len(judged)), judged[:, predictors]]) @ coef
     return judged[:, dependents], predicted
 
 
@@ -182,10 +182,10 @@ def workload_tests(
     ]
     k = len(baseline)
     fits = [
-        _workload_model(baseline[:i] + baseline[i + 1 :], run, dependents)
+        linear_model(baseline[:i] + baseline[i + 1 :], run, dependents, workload)
         for i, run in enumerate(baseline)
     ]
-    fits.append(_workload_model(baseline, target, dependents))  # the target last
+    fits.append(linear_model(baseline, target, dependents, workload))  # the target last
     names = [COUNTERS[j] for j in dependents]
     if score == "level":
         levels = np.array([np.median((y - p) / mean[dependents], axis=0) for y, p in fits])
@@ -200,12 +200,19 @@ def workload_tests(
         within = np.mean([run[:, dependents].var(axis=0, ddof=1) for run in baseline], axis=0)
         level = means.var(axis=0, ddof=1) > within
         fits = [(y, p + np.where(level, np.median(y - p, axis=0), 0.0)) for y, p in fits]
+    return names, model_error_pvalues(fits, floor)
+
+
+def model_error_pvalues(fits: list[tuple[np.ndarray, np.ndarray]], floor: np.ndarray) -> np.ndarray:
+    """Per dependent, the last fit's trimmed percentage error against the others' (the good
+    runs held out), judged as the check judges its models' errors (``excess_error_tests``:
+    between- and within-run variation); 1 where it cannot be judged."""
     summaries = [error_statistics(percentage_error_blocks(y, p, floor), 0.2) for y, p in fits]
     errors, variances, blocks = (np.array(part) for part in zip(*summaries, strict=True))
     _, pvalues, _ = excess_error_tests(
         errors[-1], variances[-1], errors[:-1].T, variances[:-1].T, blocks[-1]
     )
-    return names, np.where(np.isnan(pvalues), 1.0, pvalues)
+    return np.where(np.isnan(pvalues), 1.0, pvalues)
 
 
 def _prototype_entry(
@@ -257,7 +264,7 @@ def evaluate_seed(
     ]
     targets.append(("noisy good run", "noisy", study.noisy_good, everyone))
     targets += [(key, "regression", run, everyone) for key, run in study.regressions.items()]
-    blocks = [_workload_blocks(run) for run in study.good] if set(rules) & set(PROTOTYPES) else []
+    blocks = [steady_blocks(run) for run in study.good] if set(rules) & set(PROTOTYPES) else []
     rows = []
     for label, kind, run, baseline in targets:
         row: dict[str, object] = {"run": label, "kind": kind}
@@ -266,7 +273,7 @@ def evaluate_seed(
             if rule in PROTOTYPES:
                 default = fits.check("p-value", baseline).check(run)
                 pvalue, named = _prototype_entry(
-                    rule, default, [blocks[i] for i in baseline], _workload_blocks(run)
+                    rule, default, [blocks[i] for i in baseline], steady_blocks(run)
                 )
                 row[rule] = {
                     "flagged": pvalue < 0.01,

@@ -5,6 +5,7 @@ change that moves no mean much, and the same random numbers with and without a r
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from counter_shop import COUNTERS, REGRESSIONS, generate_study, injected_effect, simulate_run
+from perfwatch.detectors import CounterRegressionCheck
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -36,3 +38,20 @@ def test_a_run_without_regression_is_reproducible_and_shaped_like_perfmon() -> N
     assert np.isnan(first.values[0, rates]).all()  # rate counters have no first sample
     study = generate_study(3)
     assert len(study.good) == 6 and len(study.regressions) == len(REGRESSIONS)
+
+
+def test_counters_constant_in_the_steady_state_give_no_infinite_fit_and_no_warning() -> None:
+    # seed 304: thread counts and established connections are constant once the users
+    # are all in; good run 2's checks model a thread count (a constant dependent: no
+    # R^2) and good run 3's use it as a predictor (a rank-deficient design)
+    good = generate_study(304).good
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = [
+            CounterRegressionCheck().fit(good[:i] + good[i + 1 :]).check(good[i]) for i in (1, 2)
+        ]
+    constant = [c for c in results[0].clusters if c.dependent.endswith("Thread Count")]
+    assert constant and constant[0].model == "ols" and constant[0].r_squared is None
+    for result in results:
+        for cluster in result.clusters:
+            assert cluster.r_squared is None or 0.0 <= cluster.r_squared <= 1.0

@@ -33,6 +33,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ import statsmodels.api as sm
 from scipy.stats import chi2, ks_2samp
 from sklearn.base import BaseEstimator, clone
 from sklearn.covariance import ledoit_wolf_shrinkage
+from statsmodels.tools.sm_exceptions import SingularMatrixWarning
 
 from perfwatch.detectors.counter_decision import (
     VariancePrior,
@@ -1114,10 +1116,17 @@ class CounterRegressionCheck(BaseEstimator):
             model = "ols" if predictors else "intercept"
             if self.report_:
                 rows = scores.fitted_rows
-                fitted = sm.OLS(y_base[rows], _design(self._baseline, predictors)[rows]).fit()
+                with warnings.catch_warnings():
+                    # a predictor constant over the fitted blocks (a thread count in the
+                    # steady state) leaves the design rank-deficient; the fit is then the
+                    # minimum-norm one, as in the scores
+                    warnings.simplefilter("ignore", SingularMatrixWarning)
+                    fitted = sm.OLS(y_base[rows], _design(self._baseline, predictors)[rows]).fit()
                 intercept = float(fitted.params[0])
                 coefficients = dict(zip(predictors, map(float, fitted.params[1:]), strict=True))
-                r_squared = float(fitted.rsquared) if predictors else None
+                # a dependent constant over the fitted blocks has no variance to explain
+                explained = predictors and np.ptp(y_base[rows]) > 0
+                r_squared = float(fitted.rsquared) if explained else None
             error = _finite(scores.error[position])
             good_run_error = _finite(scores.usual[position])
             excess = _finite(scores.excess[position])

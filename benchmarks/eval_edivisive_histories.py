@@ -12,7 +12,10 @@ histories:
   its analysis fills a missing run in from the one before;
 - Otava's original E-Divisive (``--orig-edivisive``: permutation tests, no windows) on
   the ``--orig-seeds`` histories only, since it takes seconds per history;
-- any perfwatch parameter variants named with ``--variant NAME=key:value,...``.
+- any perfwatch parameter variants named with ``--variant NAME=key:value,...``, and
+  Otava 0.8 with other options of its ``compute_change_points`` (``window_len``,
+  ``max_pvalue``, ``min_magnitude``) named with ``--otava-variant NAME=key:value,...``,
+  e.g. to compare the two at the same false-positive rate.
 
 Scores, with a found change point counting for a true one at most ``--margin`` runs
 away (5), each matched once: precision, recall and F1 over all change points of a group
@@ -164,14 +167,14 @@ def parse_range(text: str) -> range:
     return range(int(start), int(stop))
 
 
-def parse_variant(text: str) -> tuple[str, EDivisiveParams]:
-    """``NAME=key:value,key:value`` -> a named EDivisiveParams."""
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME=key:value,key:value`` -> the name and its settings."""
     name, _, spec = text.partition("=")
     settings: dict[str, Any] = {}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition(":")
         settings[key] = json.loads(value)
-    return name, EDivisiveParams(**settings)
+    return name, settings
 
 
 def fmt(value: float) -> str:
@@ -183,10 +186,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     orig_seeds = parse_range(args.orig_seeds) if args.orig_seeds else range(0)
     detectors: dict[str, Detector] = {DEFAULT: perfwatch_detector(EDivisiveParams())}
     for variant in args.variant:
-        name, params = parse_variant(variant)
-        detectors[name] = perfwatch_detector(params)
+        name, settings = parse_variant(variant)
+        detectors[name] = perfwatch_detector(EDivisiveParams(**settings))
+    otava_options = dict(parse_variant(variant) for variant in args.otava_variant)
     compat = EDivisiveParams(compat="otava")
-    methods = [*detectors, OTAVA]
+    methods = [*detectors, OTAVA, *otava_options]
     tallies = {(m, g): Tally() for m in methods for g in GROUPS}
     orig_tallies = {(m, g): Tally() for m in [*methods, ORIG] for g in GROUPS}
     family_tallies = {(m, f): Tally() for m in methods for f in NOISE_FAMILIES}
@@ -200,7 +204,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         def otava_orig(history: History) -> list[int]:
             return otava.change_points_orig(history.values, seed=history.seed)
 
-        everything: dict[str, Detector] = {**detectors, OTAVA: otava_default, ORIG: otava_orig}
+        def otava_with(options: dict[str, Any]) -> Detector:
+            def detect(history: History) -> list[int]:
+                return [c["index"] for c in otava.change_points(history.values, **options)]
+
+            return detect
+
+        everything: dict[str, Detector] = {
+            **detectors,
+            OTAVA: otava_default,
+            ORIG: otava_orig,
+            **{name: otava_with(options) for name, options in otava_options.items()},
+        }
         for history in histories(GROUPS, seeds):
             in_orig_subset = history.seed in orig_seeds
             for name in [*methods, ORIG] if in_orig_subset else methods:
@@ -221,6 +236,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "orig_seeds": args.orig_seeds,
         "margin": args.margin,
         "variants": args.variant,
+        "otava_variants": args.otava_variant,
         "scores": {group: {m: tallies[(m, group)].scores() for m in methods} for group in GROUPS},
         "orig_scores": {
             group: {m: orig_tallies[(m, group)].scores() for m in [*methods, ORIG]}
@@ -294,6 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--orig-seeds", default="", help="seed range for Otava's permutation mode")
     parser.add_argument("--margin", type=int, default=5)
     parser.add_argument("--variant", action="append", default=[], help="NAME=key:value,...")
+    parser.add_argument(
+        "--otava-variant",
+        action="append",
+        default=[],
+        help="NAME=key:value,... of Otava's compute_change_points options",
+    )
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     result = run(args)

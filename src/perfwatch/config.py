@@ -255,6 +255,14 @@ class StoreConfig(Section):
         unset="sqlite:///$XDG_DATA_HOME/perfwatch/state.db",
     )
 
+    outage_timeout_s: float = setting(
+        300.0,
+        "A processor whose state store stops answering waits this many seconds for it "
+        "(retrying, its records left to the broker) before it stops with exit status 3; "
+        "0 stops at once.",
+        ge=0,
+    )
+
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, url: str) -> str:

@@ -1,9 +1,9 @@
-"""Faults at the edges, over the in-memory ports: a broker that stops answering, a run id
-sent again with other values, text the store cannot hold.
-
-A processor must outlive a broker outage of any length (it backs off and keeps its
-outbox), and a record it cannot apply must reach the dead-letter topic at once with
-a reason naming the field, not fail in the store until its redeliveries run out.
+"""Faults at the edges, over the in-memory ports: a broker or a store that stops answering,
+a run id sent again with other values, text the store cannot hold. A processor must
+outlive a broker outage of any length (it backs off and keeps its outbox) and a store
+outage up to `store.outage_timeout_s`, and a record it cannot apply must reach the
+dead-letter topic at once with a reason naming the field, not fail in the store until
+its redeliveries run out.
 """
 
 from __future__ import annotations
@@ -12,16 +12,20 @@ import itertools
 import logging
 import socket
 import tempfile
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any, cast
 
 import orjson
 import pytest
 
 from _processor_support import (
+    fresh_postgres_schema,
     history,
     processor_config,
     record_bytes,
@@ -34,7 +38,13 @@ from perfwatch.contract.models import Record, Verdict
 from perfwatch.processor.handlers import build_handlers
 from perfwatch.processor.loop import FIRST_BACKOFF_S, MAX_BACKOFF_S, Processor
 from perfwatch.processor.memory import MemoryDeadLetterSink, MemoryRecordTopic, MemoryVerdictSink
-from perfwatch.state import SeriesKey, StateStore, StoreTransaction, open_store
+from perfwatch.state import (
+    SeriesKey,
+    StateStore,
+    StoreTransaction,
+    StoreUnavailable,
+    open_store,
+)
 
 TOPICS = {"records": "records", "verdicts": "verdicts", "dead_letter": "dead-letter"}
 BAD_RECORD = b'{"schema": "perfwatch.record/v1"}'
@@ -58,9 +68,13 @@ class Ports:
 
 
 @contextmanager
-def ports(messages: Sequence[tuple[str, bytes]], batch_size: int = 10) -> Iterator[Ports]:
+def ports(
+    messages: Sequence[tuple[str, bytes]], batch_size: int = 10, store_url: str = ""
+) -> Iterator[Ports]:
+    """In-memory broker ports holding `messages`, and a store (SQLite in a temporary
+    folder unless `store_url` names one)."""
     with tempfile.TemporaryDirectory() as folder:
-        store = open_store(f"sqlite:///{Path(folder) / 'state.db'}")
+        store = open_store(store_url or f"sqlite:///{Path(folder) / 'state.db'}")
         try:
             records = MemoryRecordTopic(batch_size=batch_size)
             for key, payload in messages:
@@ -152,13 +166,13 @@ def test_a_broker_outage_with_verdicts_in_flight_never_stops_the_processor(
     assert doing == {"starting", "handling a batch", "publishing the outbox"}
 
 
-class FreezeTheBroker:
-    """A record handler that stops the whole broker when a record gives the stream's
-    first verdict: a broker frozen with verdict sends in flight."""
+class OnFirstVerdict:
+    """A record handler that calls `act` once, in the middle of the transaction of the
+    record that gives the stream's first verdict: a fault with that record in hand."""
 
-    def __init__(self, ports: Ports) -> None:
-        self.ports = ports
-        self.frozen = False
+    def __init__(self, act: Callable[[], object]) -> None:
+        self.act = act
+        self.done = False
 
     def prepare(self, records: Sequence[Record], tx: StoreTransaction) -> None:
         pass
@@ -170,9 +184,9 @@ class FreezeTheBroker:
         emitted_at: datetime,
         earlier: Sequence[Verdict] = (),
     ) -> list[Verdict]:
-        if earlier and not self.frozen:
-            self.frozen = True
-            self.ports.unreachable(True)
+        if earlier and not self.done:
+            self.done = True
+            self.act()
         return []
 
 
@@ -186,7 +200,7 @@ def test_records_whose_negative_acknowledgement_was_lost_are_handled_after_the_o
     caplog.set_level(logging.INFO, logger="perfwatch")
     messages = outage_messages()[:-1]
     with ports(messages) as p:
-        freeze = FreezeTheBroker(p)
+        freeze = OnFirstVerdict(lambda: p.unreachable(True))  # the whole broker stops
         processor = Processor(
             config(),
             p.store,
@@ -196,7 +210,7 @@ def test_records_whose_negative_acknowledgement_was_lost_are_handled_after_the_o
             handlers=[*build_handlers(config()), freeze],
         )
         processor.start()
-        while not freeze.frozen:
+        while not freeze.done:
             processor.poll_once()
         assert p.store.unpublished(), "the batch's verdicts were not confirmed"
         p.unreachable(False)
@@ -337,3 +351,165 @@ def test_a_metric_given_in_another_unit_is_dead_lettered_and_stores_nothing() ->
         for key in p.store.series_keys():
             values = [point.value for point in p.store.series_points(key)]
             assert values == ([100.0, 102.0] if key.metric == "p99" else [50.0, 50.0])
+
+
+# --- a state store that stops answering ---------------------------------------------------
+
+
+class FlakyStore:
+    """A store that, while `down`, raises StoreUnavailable on every call, as the
+    PostgreSQL store does while its server restarts."""
+
+    def __init__(self, store: StateStore) -> None:
+        self._store = store
+        self.down = False
+        self.refused = 0  # calls refused while down
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                self.refused += 1
+                raise StoreUnavailable(LOST)
+            return attribute(*args, **kwargs)
+
+        return call
+
+
+LOST = "postgresql://perfwatch:***@db/perfwatch: server closed the connection unexpectedly"
+STORE_FAILED = "the state store failed; waiting for it"
+
+
+def lose_the_store(store: FlakyStore) -> OnFirstVerdict:
+    """The store goes down in the middle of a transaction."""
+
+    def act() -> None:
+        store.down = True
+        raise StoreUnavailable(LOST)
+
+    return OnFirstVerdict(act)
+
+
+def faulty_processor(
+    p: Ports, store: StateStore | FlakyStore, fault: OnFirstVerdict, outage_timeout_s: float
+) -> Processor:
+    """A processor on `p`'s broker ports and `store`, with `fault` among its handlers."""
+    base = config()
+    settings = base.store.model_copy(update={"outage_timeout_s": outage_timeout_s})
+    return Processor(
+        base.model_copy(update={"store": settings}),
+        cast(StateStore, store),
+        p.records.source(),
+        p.verdicts,
+        p.dead_letters,
+        handlers=[*build_handlers(base), fault],
+    )
+
+
+def test_a_store_outage_mid_transaction_is_waited_out_and_every_verdict_published_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A PostgreSQL restart used to stop every processor (exit 3) until a supervisor
+    started them again. Now the processor lets go of its batch, waits, and starts again
+    as a restart would: every record handled once, every verdict published once."""
+    messages = outage_messages()[:-1]
+    with ports(messages) as reference:
+        process_all(reference)
+        expected_ids = [v.properties["verdict_id"] for v in reference.verdicts.verdicts]
+        expected_points = points(reference.store)
+    assert expected_ids, "the data must produce verdicts"
+
+    caplog.set_level(logging.DEBUG, logger="perfwatch")
+    with ports(messages) as p:
+        flaky = FlakyStore(p.store)
+        processor = faulty_processor(p, flaky, lose_the_store(flaky), 60.0)
+        with running_in_thread(processor) as runner:
+            runner.wait_until(lambda: flaky.refused >= 2, "two refused calls while down")
+            assert p.records.unacknowledged(), "the batch in hand waits for the store"
+            flaky.down = False
+            runner.wait_until(lambda: drained(p), "every record after the outage", 60)
+
+        ids = [v.properties["verdict_id"] for v in p.verdicts.verdicts]
+        assert sorted(ids) == sorted(expected_ids)
+        assert len(ids) == len(set(ids)), "a verdict published twice"
+        assert points(p.store) == expected_points
+        assert set(p.records.acknowledgements.values()) == {1}
+        assert not p.dead_letters.messages, "an outage dead-letters no record"
+    assert runner.metrics.store_failures_total() == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert said.count(STORE_FAILED) == 1, "one error line per outage"
+    assert "the state store still fails" in said  # each retry at debug level
+    assert said.count("the state store answers again") == 1
+
+
+def test_a_store_that_stays_away_stops_the_processor_after_the_timeout() -> None:
+    with ports(outage_messages()[:-1]) as p:
+        flaky = FlakyStore(p.store)
+        processor = faulty_processor(p, flaky, lose_the_store(flaky), 0.5)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"unexpectedly \(for 0\.5 s\)"):
+            processor.run(threading.Event())
+        assert time.monotonic() - started < 30
+        assert flaky.refused >= 1, "the store was asked again before giving up"
+        assert p.records.unacknowledged() and not p.dead_letters.messages
+
+
+def test_an_outage_timeout_of_zero_stops_at_once() -> None:
+    with ports(outage_messages()[:-1]) as p:
+        flaky = FlakyStore(p.store)
+        processor = faulty_processor(p, flaky, lose_the_store(flaky), 0.0)
+        with pytest.raises(StoreUnavailable) as raised:
+            processor.run(threading.Event())
+        assert str(raised.value) == LOST
+        assert flaky.refused == 0, "no retry"
+        assert p.records.unacknowledged() and not p.dead_letters.messages
+
+
+def terminate_the_backend(store: StateStore, admin_url: str) -> OnFirstVerdict:
+    """PostgreSQL ends the store's connection in the middle of a transaction."""
+
+    def act() -> None:
+        import psycopg
+
+        backend = store._connection.info.backend_pid  # type: ignore[attr-defined]
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+
+    return OnFirstVerdict(act)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    yield from fresh_postgres_schema()
+
+
+@pytest.mark.postgres
+def test_a_postgresql_connection_ended_mid_transaction_is_waited_out(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server ends the processor's connection in the middle of a transaction (as
+    a restart or a failover does): the processor connects again and goes on, and every
+    record is handled and every verdict published once."""
+    messages = outage_messages()[:-1]
+    with ports(messages) as reference:
+        process_all(reference)
+        expected_ids = sorted(v.properties["verdict_id"] for v in reference.verdicts.verdicts)
+        expected_points = points(reference.store)
+
+    caplog.set_level(logging.INFO, logger="perfwatch")
+    with ports(messages, store_url=postgres_url) as p:
+        terminate = terminate_the_backend(p.store, postgres_url)
+        processor = faulty_processor(p, p.store, terminate, 60.0)
+        with running_in_thread(processor) as runner:
+            runner.wait_until(lambda: terminate.done and drained(p), "every record", 60)
+        assert sorted(v.properties["verdict_id"] for v in p.verdicts.verdicts) == expected_ids
+        assert points(p.store) == expected_points
+        assert set(p.records.acknowledgements.values()) == {1}
+        assert not p.dead_letters.messages
+    assert runner.metrics.store_failures_total() == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert said.count(STORE_FAILED) == 1
+    assert said.count("the state store answers again") == 1

@@ -1,27 +1,30 @@
 """The stream processor: receive a batch -> validate -> store -> detect -> publish -> ack.
 
-The handlers' state changes for a batch of records and the verdicts they
-produce are committed in one store transaction (the verdicts into an outbox;
-if that transaction fails, the batch's records are handled one transaction
-each), and the outbox relay publishes them right away. The processor
-acknowledges the batch only once the broker's receipts are in and recorded.
-docs/processor.md gives the argument for why this yields every verdict exactly
-once in effect across crashes of the processor, the broker and redelivery.
+The handlers' state changes for a batch of records and the verdicts they produce
+are committed in one store transaction (the verdicts into an outbox; if that
+transaction fails, the batch's records are handled one transaction each), and
+the outbox relay publishes them right away. The processor acknowledges the batch
+only once the broker's receipts are in and recorded. docs/processor.md gives the
+argument for why this yields every verdict exactly once in effect across crashes
+of the processor, the broker and redelivery.
 
 Bad input (undecodable, invalid JSON, schema, non-finite, oversized, unknown
-version) goes to the dead-letter sink at once with the reason in properties.
-A valid record whose processing raises is negatively acknowledged (redelivered
+version) goes to the dead-letter sink at once with the reason in properties. A
+valid record whose processing raises is negatively acknowledged (redelivered
 later) and dead-lettered with its traceback once its redelivery count reaches
-`max_redeliveries`. A record whose run id is stored already with other
-values is dead-lettered as a run conflict naming both, and one that gives a
-metric in another unit than its series' as a unit conflict. A store that cannot be
-reached stops the processor instead: no record is dead-lettered for an outage.
-A broker that cannot be reached never stops it: the batch in hand is
-negatively acknowledged, its verdicts stay in the outbox, and the processor
-waits (doubling the wait up to `MAX_BACKOFF_S`) before trying again. Once the
-broker answers again the processor subscribes anew, as a restart would: a
-negative acknowledgement made while the connection was down can be lost, and
-its message would otherwise stay with the old consumer.
+`max_redeliveries`. A record whose run id is stored already with other values is
+dead-lettered as a run conflict naming both, and one that gives a metric in
+another unit than its series' as a unit conflict. No record is dead-lettered for
+an outage of the store: a store that stops answering makes the processor let go
+of the broker as a stopped processor would (its unacknowledged records go back
+to the subscription), wait for the store (doubling the wait up to
+`MAX_BACKOFF_S`) and start again once it answers, as a restart would; after
+`store.outage_timeout_s` it stops. A broker that cannot be reached never stops
+it: the batch in hand is negatively acknowledged, its verdicts stay in the
+outbox, and the processor waits (doubling the wait up to `MAX_BACKOFF_S`) before
+trying again. Once the broker answers again the processor subscribes anew, as a
+restart would: a negative acknowledgement made while the connection was down can
+be lost, and its message would otherwise stay with the old consumer.
 
 The processor reaches the broker only through the ports of
 `perfwatch.processor.ports`.
@@ -104,12 +107,14 @@ class Processor:
         self._resume_at = 0.0  # monotonic time before which the broker is left alone
         self._settled: set[str] = set()  # ids of the batch's messages acked or nacked
         self._subscribe_again = False  # a broker failure since the last subscription
+        self._ports_open = False  # started and not closed since
 
     # --- life cycle --------------------------------------------------------------------
 
     def start(self) -> None:
         """Open the verdict publisher, publish what a previous run left in the outbox,
         open the dead-letter sink and subscribe."""
+        self._ports_open = True  # from here on, whatever opened is closed on failure
         try:
             self._publisher = self.outbox.open(self.name)
         except PublisherBusy:
@@ -120,6 +125,7 @@ class Processor:
         self._outbox_dirty = True  # what recovery could not publish goes first
         self._dead_letters.open()
         self._records.open()
+        self._subscribe_again = False
         log.info(
             "processor started",
             extra={
@@ -133,16 +139,9 @@ class Processor:
     def run(self, stop: threading.Event) -> None:
         """Process batches until `stop` is set, then finish the batch in hand and close.
 
-        A broker that cannot be reached at the start is waited for, as during the run."""
-        while not stop.is_set():
-            try:
-                self.start()
-                break
-            except BrokerUnavailable as err:
-                self._close_ports()
-                self._back_off("starting", err)
-                stop.wait(self._backoff_s)
-        else:  # stopped before the broker answered
+        A broker that cannot be reached at the start is waited for, as during the run;
+        a store that stops answering during the run, up to `store.outage_timeout_s`."""
+        if not self._start_when_the_broker_answers(stop):
             return
         try:
             while not stop.is_set():
@@ -150,8 +149,12 @@ class Processor:
                 if wait > 0:
                     stop.wait(wait)
                     continue
-                self.poll_once()
-                self._housekeeping()
+                try:
+                    self.poll_once()
+                    self._housekeeping()
+                except StoreUnavailable as err:
+                    if not self._wait_for_the_store(err, stop):
+                        return
         finally:
             self.close()
 
@@ -160,7 +163,58 @@ class Processor:
         self._close_ports()
         log.info("processor stopped", extra={"consumer": self.name})
 
+    def _start_when_the_broker_answers(self, stop: threading.Event) -> bool:
+        """`start`, retried while the broker does not answer; False if stopped first."""
+        while not stop.is_set():
+            try:
+                self.start()
+                return True
+            except BrokerUnavailable as err:
+                self._close_ports()
+                self._back_off("starting", err)
+                stop.wait(self._backoff_s)
+        return False
+
+    def _wait_for_the_store(self, failure: StoreUnavailable, stop: threading.Event) -> bool:
+        """The store stopped answering: let go of the broker, wait for the store and start
+        again once it answers, as a restart would (the outbox is settled again, the batch
+        in hand is redelivered). False if stopped first; raises the store's last error
+        once it has not answered for `store.outage_timeout_s`."""
+        self.metrics.store_failures.inc()
+        timeout = self.config.store.outage_timeout_s
+        if timeout <= 0:
+            raise failure
+        log.error(
+            "the state store failed; waiting for it",
+            extra={"error": str(failure), "stop_after_s": timeout},
+        )
+        self._close_ports()  # unacknowledged records go back to the subscription
+        began = time.monotonic()
+        delay = 0.0
+        while True:
+            delay = min(max(2 * delay, FIRST_BACKOFF_S), MAX_BACKOFF_S)
+            stop.wait(min(delay, max(began + timeout - time.monotonic(), 0.0)))
+            if stop.is_set():
+                return False
+            try:
+                self.store.series_count()
+                started = self._start_when_the_broker_answers(stop)
+            except StoreUnavailable as err:
+                if time.monotonic() - began >= timeout:
+                    raise StoreUnavailable(f"{err} (for {timeout:g} s)") from err
+                self._close_ports()
+                log.debug("the state store still fails", extra={"error": str(err)})
+                continue
+            if started:
+                log.info(
+                    "the state store answers again",
+                    extra={"outage_s": round(time.monotonic() - began, 1)},
+                )
+            return started
+
     def _close_ports(self) -> None:
+        if not self._ports_open:
+            return
         for port in (self._publisher, self._dead_letters, self._records):
             if port is None:
                 continue
@@ -169,6 +223,7 @@ class Processor:
             except Exception as err:  # closing the others matters more
                 log.warning("closing a connection failed", extra={"error": str(err)})
         self._publisher = None
+        self._ports_open = False
 
     def adopt_orphans(self) -> None:
         """Publish verdicts other processors committed but never published (they died)."""

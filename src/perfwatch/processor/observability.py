@@ -23,6 +23,7 @@ class ProcessorMetrics:
     dead_lettered: Counter
     redelivered: Counter
     broker_failures: Counter
+    store_failures: Counter
     verdicts: Counter
     series: Gauge
     latency: Histogram
@@ -52,6 +53,11 @@ class ProcessorMetrics:
             broker_failures=Counter(
                 "perfwatch_broker_failures",
                 "Times the broker did not answer and the processor backed off",
+                registry=registry,
+            ),
+            store_failures=Counter(
+                "perfwatch_store_failures",
+                "Times the state store stopped answering and the processor waited for it",
                 registry=registry,
             ),
             verdicts=Counter(
@@ -91,6 +97,9 @@ class ProcessorMetrics:
 
     def broker_failures_total(self) -> float:
         return self._total("perfwatch_broker_failures")
+
+    def store_failures_total(self) -> float:
+        return self._total("perfwatch_store_failures")
 
     def settled(self) -> float:
         """Messages finished for good: processed, or dead-lettered."""

@@ -497,7 +497,7 @@ class SqlStore(StateStore):
     def _open_connection(self) -> Any:
         """The connection, made again if the last one was lost (the database restarted):
         the call that lost it failed, and the next ones work once the database answers,
-        so a dashboard left running recovers by itself (the processor stops instead)."""
+        so a dashboard or a processor left running recovers by itself."""
         if self._connection_lost():
             self._connection.close()
             self._connection = self._connect()

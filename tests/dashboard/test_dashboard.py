@@ -919,7 +919,11 @@ def test_api_errors_name_the_parameter(client: TestClient) -> None:
     assert bad_limit.status_code == 400 and "'limit'" in bad_limit.text
     bad_attribute = client.get("/api/inputs", params={"x": "colour"})
     assert bad_attribute.status_code == 400 and "colour" in bad_attribute.text
+    unknown_test = client.get("/api/inputs", params={"test": "nope"})
+    assert unknown_test.status_code == 404 and "'nope'" in unknown_test.text
     assert client.get("/api/counters", params={"verdict": "0000"}).status_code == 404
+    unknown_counter_test = client.get("/api/counters", params={"test": "nope"})
+    assert unknown_counter_test.status_code == 404 and "'nope'" in unknown_counter_test.text
 
 
 def test_a_store_that_does_not_answer_is_a_503_naming_it(

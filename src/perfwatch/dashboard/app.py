@@ -214,6 +214,8 @@ async def api_counters(request: Request) -> Response:
     store = _state(request).require_store()
     test = request.query_params.get("test") or None
     checks = await run_in_threadpool(queries.counter_checks, store, test)
+    if test is not None and not checks:
+        raise HTTPException(404, f"no counter-check verdict for test {test!r}")
     wanted = request.query_params.get("verdict")
     selected = next((c for c in checks if c["verdict_id"] == wanted), None) if wanted else None
     if wanted and selected is None:

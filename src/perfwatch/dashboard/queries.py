@@ -571,7 +571,8 @@ def inputs_view(
 ) -> dict[str, Any]:
     """The run-or-skip inspection: baseline inputs by cluster, one update's votes.
 
-    LookupError when the verdict id is unknown, ValueError for an unknown attribute.
+    LookupError when the test has no recommendation or the verdict id is unknown,
+    ValueError for an unknown attribute.
     """
     for name in (x_attribute, y_attribute):
         if name is not None and name not in INPUT_ATTRIBUTES:
@@ -579,6 +580,9 @@ def inputs_view(
             raise ValueError(f"unknown attribute {name!r}; use one of {known}")
     every = recommendations(store)
     tests = sorted({item["facts"]["test"] for item in every})
+    if test is not None and test not in tests:
+        known = ", ".join(repr(name) for name in tests) or "none yet"
+        raise LookupError(f"no run-or-skip verdict for test {test!r} (tests with one: {known})")
     if test is None and tests:
         test = every[0]["facts"]["test"]
     candidates = [item for item in every if item["facts"]["test"] == test]

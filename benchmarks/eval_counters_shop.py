@@ -82,7 +82,10 @@ PROTOTYPES = (
     "p-value+workload-error",
     "p-value+workload-error-offset",
 )
-TESTED = ("p-value", "exceedance", "moderated", *PROTOTYPES)  # a p-value per run
+# the detector with the web shop's workload counters named (``workload=WORKLOAD``),
+# measured only when named in --rules
+WORKLOAD_RULE = "workload models"
+TESTED = ("p-value", "exceedance", "moderated", WORKLOAD_RULE, *PROTOTYPES)  # a p-value per run
 # the counters that describe the offered work, not how efficiently it is served: the
 # request rates per kind (web GETs and POSTs, application requests) and what the
 # application's logic asks of the database and the network per request
@@ -123,6 +126,8 @@ class _Fits:
                 check = CounterRegressionCheck(**({"tested_score": "exceedance"} | self.params))
             elif rule == "moderated":
                 check = CounterRegressionCheck(**({"moderate_variance": True} | self.params))
+            elif rule == WORKLOAD_RULE:
+                check = CounterRegressionCheck(**({"workload": WORKLOAD} | self.params))
             elif rule == "literal":
                 check = CounterRegressionCheck.seed_literal()
             else:
@@ -465,7 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--rules",
         default=",".join(RULES),
-        help="comma-separated, of " + ", ".join(RULES + PROTOTYPES).replace("%", "%%"),
+        help="comma-separated, of "
+        + ", ".join((*RULES, WORKLOAD_RULE, *PROTOTYPES)).replace("%", "%%"),
     )
     args = parser.parse_args(argv)
     params = {k: _value(v) for k, _, v in (item.partition("=") for item in args.set)}

@@ -410,6 +410,11 @@ class CountersConfig(Section):
     )
     publish_passed: bool = setting(False, "Also publish counter_check.passed verdicts.")
     block: int = setting(10, "Samples per block for the models and errors.", ge=1)
+    workload: NameList = setting(
+        (),
+        "Counters that describe the offered work (request rates; names or fnmatch patterns): "
+        "every other counter is also modelled on these alone (perfwatch compare --workload).",
+    )
 
     @property
     def threshold_rule(self) -> bool:

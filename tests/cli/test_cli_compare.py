@@ -205,3 +205,27 @@ def test_a_typeperf_target_is_checked_against_a_plain_csv_baseline(
     baseline = [write_run(tmp_path / f"db{i}.csv", i, host="DB01") for i in range(3)]
     code, out, _ = invoke("--baseline", *baseline, "--target", typeperf)
     assert code == 0, out
+
+
+def test_workload_counters_add_their_models(files: dict) -> None:
+    code, out, _ = invoke(
+        "--baseline", *files["good"], "--target", files["regression"], "--workload", "req*"
+    )
+    assert code == 1, out
+    assert "] workload models: " in out
+    assert "counters modelled on the workload counters: requests" in out
+    code, out, _ = invoke(
+        "--baseline", *files["good"], "--target", files["target"], "--workload", "requests",
+        "--format", "json",
+    )  # fmt: skip
+    document = orjson.loads(out)
+    assert code == 0 and document["parameters"]["workload"] == ["requests"]
+    assert [c["members"] for c in document["clusters"] if c["workload"]] == [["requests"]]
+    code, _, err = invoke(
+        "--baseline", *files["good"], "--target", files["target"], "--workload", "rps*"
+    )
+    assert code == 2 and "workload 'rps*': no counter of the baseline that varies matches it" in err
+    code, _, err = invoke(
+        "--baseline", *files["good"], "--target", files["target"], "--workload", " "
+    )
+    assert code == 2 and "--workload" in err

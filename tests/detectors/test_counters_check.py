@@ -4,6 +4,7 @@ result object, calibration and determinism."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import orjson
@@ -463,3 +464,39 @@ def test_bad_use_is_reported() -> None:
         CounterSamples(["a", "a"], np.zeros((3, 2)))
     with pytest.raises(ValueError, match="2 names but 3"):
         CounterSamples(["a", "b"], np.zeros((3, 3)))
+
+
+def test_workload_models_are_each_counter_on_the_workload_counters_alone() -> None:
+    check = CounterRegressionCheck(
+        steady_state="off", block=1, robust_fit=False, workload=["req*"]
+    ).fit(baseline())
+    result = check.check(run(13, cpu_per_request=1.3))
+    (models,) = [c for c in result.clusters if c.workload]
+    assert models.cluster == len(check.clusters_)
+    assert models.members == ["requests"]
+    candidates = models.redundant_members
+    assert "requests" not in candidates and set(candidates) <= set(NAMES)
+    assert models.tests == len(candidates), "no variant without the strongest predictor"
+    assert models.left_out is None and list(models.coefficients) == ["requests"]
+    pooled = np.vstack([r.values for r in baseline()])
+    y = pooled[:, NAMES.index(models.dependent)]
+    fitted = sm.OLS(y, sm.add_constant(pooled[:, NAMES.index("requests")])).fit()
+    assert models.intercept == pytest.approx(fitted.params[0])
+    assert models.coefficients["requests"] == pytest.approx(fitted.params[1])
+    assert models.to_dict()["workload"] is True
+    plain = CounterRegressionCheck(steady_state="off", block=1, robust_fit=False)
+    without = plain.fit(baseline()).check(run(13, cpu_per_request=1.3))
+    assert not any(c.workload for c in without.clusters)
+    assert len(without.clusters) == len(result.clusters) - 1
+
+
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        (["nope*"], "workload 'nope*': no counter of the baseline that varies matches it"),
+        ("requests", "workload must be a sequence of counter names or patterns"),
+    ],
+)
+def test_a_workload_that_names_no_counter_is_an_error(workload: object, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        CounterRegressionCheck(workload=workload).fit(baseline())  # type: ignore[arg-type]

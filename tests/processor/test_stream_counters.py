@@ -239,15 +239,17 @@ def test_a_regression_is_published_with_its_evidence_and_kept_out_of_the_baselin
     assert baseline_runs(store) == ["run-0", "run-1", "run-2", "run-4"]
 
 
-def compare_json(tmp_path: Path, baseline: Sequence[int], target: Record) -> dict[str, Any]:
-    """`perfwatch compare --format json` of the target's record against the records of
-    the baseline runs, each in a file as `perfwatch publish` would send it."""
+def compare_json(
+    tmp_path: Path, baseline: Sequence[int], target: Record, *options: str
+) -> dict[str, Any]:
+    """`perfwatch compare --format json [options]` of the target's record against the
+    records of the baseline runs, each in a file as `perfwatch publish` would send it."""
     baseline_file = tmp_path / "baseline.jsonl"
     baseline_file.write_bytes(b"\n".join(orjson.dumps(record_doc(run)) for run in baseline))
     target_file = tmp_path / "target.json"
     target_file.write_bytes(dumps(target))
     arguments = ["compare", "--baseline", str(baseline_file), "--target", str(target_file)]
-    result = CliRunner().invoke(main, [*arguments, "--format", "json"])
+    result = CliRunner().invoke(main, [*arguments, *options, "--format", "json"])
     assert result.exit_code in (0, 1), result.output
     document: dict[str, Any] = orjson.loads(result.stdout)
     return document
@@ -438,3 +440,19 @@ def test_counter_verdicts_through_the_broker_once_each(
     regression = next(d for d in documents if d["kind"] == REGRESSION_KIND)
     assert regression["counter_check"]["baseline_run_ids"] == ["run-0", "run-1", "run-2"]
     assert baseline_runs(store) == ["run-0", "run-1", "run-2", "run-4"]
+
+
+def test_the_workload_setting_judges_as_compare_workload_does(
+    store: StateStore, tmp_path: Path
+) -> None:
+    workload = "*Network Interface(eth0)*"
+    handler = CounterCheckHandler(config_with(workload=(workload,), publish_passed=True))
+    targets = [record(0), record(1), record(2), record(3, injection="B")]
+    published = {rec.run_id: process(store, [handler], rec)[0] for rec in targets}
+    (verdict,) = published["run-3"]
+    block = dict(verdict.counter_check or {})
+    document = compare_json(tmp_path, [0, 1, 2], targets[3], "--workload", workload)
+    assert block["parameters"] == document["parameters"]
+    assert block["parameters"]["workload"] == [workload]
+    assert block["clusters"] == document["clusters"]
+    assert any(c["workload"] for c in block["clusters"])

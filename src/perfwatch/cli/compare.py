@@ -14,7 +14,7 @@ import click
 import orjson
 
 from perfwatch.cli.errors import EXIT_FOUND, EXIT_OK, InputError
-from perfwatch.cli.flags import FiniteFloatRange, output_format_option
+from perfwatch.cli.flags import FiniteFloatRange, NonBlankText, output_format_option
 from perfwatch.readers.errors import SourceError
 
 # The check (statsmodels, scipy, scikit-learn) is imported when it runs, not for --help.
@@ -105,6 +105,14 @@ class _GreedyCommand(click.Command):
     help="Cut warm-up and cool-down [auto; off with --literal].",
 )
 @click.option(
+    "--workload",
+    multiple=True,
+    type=NonBlankText(),
+    metavar="PATTERN",
+    help="Counters that describe the offered work (request rates; a name or an fnmatch "
+    "pattern, repeatable): every other counter is also modelled on these alone.",
+)
+@click.option(
     "--literal",
     is_flag=True,
     help="Shang et al.'s steps read literally, every deviation turned off (for comparison).",
@@ -121,6 +129,7 @@ def compare(
     distance: str | None,
     block: int | None,
     steady_state: str | None,
+    workload: tuple[str, ...],
     literal: bool,
 ) -> None:
     """Check one run's counters against a baseline of good runs: clusters of
@@ -153,6 +162,7 @@ def compare(
             "distance": distance,
             "block": block,
             "steady_state": steady_state,
+            "workload": workload or None,
         }
         # only what was given, so --literal keeps its own settings for the rest
         params = {name: value for name, value in given.items() if value is not None}
@@ -238,8 +248,9 @@ def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> st
         evidence = ""
         if result.decision == "pvalue" and cluster.z is not None:
             evidence = f", z {cluster.z:.1f}, p {_p(cluster.run_pvalue)} (all models)"
+        name = "workload models" if cluster.workload else f"cluster {cluster.cluster}"
         lines.append(
-            f"  [{rank}] cluster {cluster.cluster}: {mark}, error {_pct(cluster.error)}, "
+            f"  [{rank}] {name}: {mark}, error {_pct(cluster.error)}, "
             f"{usual} {_pct(cluster.good_run_error)}, "
             f"excess {_pct(cluster.excess_error)}{evidence}"
         )
@@ -257,7 +268,12 @@ def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> st
         if cluster.left_out:
             lines.append(f"      left out (its strongest predictor): {cluster.left_out}")
         others = [m for m in cluster.members if m != cluster.dependent]
-        if others:
+        if cluster.workload:
+            lines.append(
+                f"      each of {len(cluster.redundant_members)} counters modelled on the "
+                f"workload counters: {', '.join(cluster.members)}"
+            )
+        elif others:
             lines.append(f"      other members: {', '.join(others)}")
     if result.removed:
         lines += ["", f"left out of the models ({len(result.removed)}):"]

@@ -286,7 +286,8 @@ def series_figure(detail: Mapping[str, Any], x_axis: str = "run") -> dict[str, A
 
 
 def _cluster_label(cluster: Mapping[str, Any]) -> str:
-    return f"#{cluster.get('cluster')}: {cluster.get('dependent')}"
+    number = "workload" if cluster.get("workload") else f"#{cluster.get('cluster')}"
+    return f"{number}: {cluster.get('dependent')}"
 
 
 # A p-value of 0 is drawn at the height of the smallest positive float's.

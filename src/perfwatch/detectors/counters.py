@@ -37,6 +37,7 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 import numpy as np
@@ -199,6 +200,9 @@ class ClusterResult:
     run_pvalue: float | None = None
     tests: int = 0  # models judged for this cluster (candidates x variants)
     candidate_z: dict[str, float] = field(default_factory=dict)  # z of each candidate's model
+    # the workload models (``workload``): members are the workload counters, the
+    # predictors; redundant_members the counters modelled on them
+    workload: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -224,6 +228,7 @@ class ClusterResult:
             "pvalue": _json_float(self.pvalue),
             "familywise_pvalue": _json_float(self.run_pvalue),
             "tests": self.tests,
+            "workload": self.workload,
         }
 
 
@@ -526,6 +531,15 @@ class CounterRegressionCheck(BaseEstimator):
         left out; the remaining gaps are filled by linear interpolation in time for the
         models (KS tests and errors use only blocks with a real sample).
     look_first: how many counters the result names to look at first.
+    workload: counters that describe the offered work rather than how it is served
+        (request rates per kind, queries asked per request; ``fnmatch`` patterns, case
+        sensitive). Every other counter whose level is not run-specific is also
+        modelled on these alone, as one more cluster (``ClusterResult.workload``)
+        judged with the others under one correction. A regression that moves several
+        correlated counters together (more allocation per request moves allocations,
+        heap, GC time and private bytes at once) leaves the cluster that holds them
+        consistent with itself; a model on the workload sees them move for the same
+        work. Empty (default): the paper's clusters only.
     moderate_variance: under ``decision="pvalue"``, each model's between-run variance
         (from a handful of good runs) is shrunk toward a prior fitted across all models of
         the check (an empirical Bayes moderated t, ``variance_prior``), which adds the
@@ -573,6 +587,7 @@ class CounterRegressionCheck(BaseEstimator):
         alpha: float = 0.01,
         max_missing_fraction: float = 0.5,
         look_first: int = 5,
+        workload: Sequence[str] = (),
     ) -> None:
         self.threshold = threshold
         self.redundancy_r2 = redundancy_r2
@@ -602,6 +617,7 @@ class CounterRegressionCheck(BaseEstimator):
         self.alpha = alpha
         self.max_missing_fraction = max_missing_fraction
         self.look_first = look_first
+        self.workload = workload
 
     @classmethod
     def seed_literal(cls, **overrides: Any) -> CounterRegressionCheck:
@@ -728,7 +744,13 @@ class CounterRegressionCheck(BaseEstimator):
         self.removed_ = removed
         self.baseline_constant_ = {names[i]: float(samples[0, i]) for i in np.flatnonzero(constant)}
         self.baseline_windows_ = [run.window for run in runs]
+        self.workload_ = self._workload_counters(
+            [name for name, fixed in zip(names, constant, strict=True) if not fixed]
+        )
+        # the workload counters are kept for the workload models even where the paper's
+        # reduction removed them (a request rate that is the sum of others)
         modelled = [name for c in clusters for name in c.members + c.redundant]
+        modelled += [name for name in self.workload_ if name not in modelled]
         position = {name: i for i, name in enumerate(names)}
         columns = [position[name] for name in modelled]
         observed = [run.observed_values()[:, columns] for run in runs]
@@ -744,6 +766,39 @@ class CounterRegressionCheck(BaseEstimator):
         edges = np.cumsum([0] + [run.values.shape[0] for run in runs])
         self._run_slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(edges)]
         return self
+
+    def _workload_counters(self, varying: list[str]) -> list[str]:
+        """The baseline's varying counters that ``workload`` names; an error when it names
+        none (a constant counter describes no work)."""
+        if not self.workload:
+            return []
+        matched = [n for n in varying if any(fnmatchcase(n, p) for p in self.workload)]
+        if not matched:
+            patterns = ", ".join(repr(p) for p in self.workload)
+            raise ValueError(
+                f"workload {patterns}: no counter of the baseline that varies matches it "
+                f"(they are {_some(varying)})"
+            )
+        return matched
+
+    def _workload_cluster(self, values: dict[str, np.ndarray]) -> tuple[int, _Cluster] | None:
+        """The workload models' cluster, numbered after the paper's clusters: the workload
+        counters as members, and as candidates (``redundant``: dependents, never
+        predictors) every modelled counter of the target that is not a workload counter,
+        nor usually zero, nor run-specific in level (its level is the run's, not the
+        work's); None without workload counters or candidates."""
+        workload = [n for n in self.workload_ if n in values]
+        candidates = [
+            n
+            for n in values
+            if n in self._baseline
+            and n not in self.workload_
+            and n not in self.usually_zero_
+            and n not in self.run_level_
+        ]
+        if not workload or not candidates:
+            return None
+        return len(self.clusters_), _Cluster(workload, candidates)
 
     def _collapse_identities(
         self, samples: _Correlations, analysed: np.ndarray, names: list[str]
@@ -916,10 +971,20 @@ class CounterRegressionCheck(BaseEstimator):
         ]
         clusters = [(n, c) for n, c in clusters if c.members or c.redundant]
         pools = [self._pool(cluster, observed) for _, cluster in clusters]
+        workload = self._workload_cluster(values)
+        workload_number = None
+        if workload is not None:
+            workload_number = workload[0]
+            clusters.append(workload)
+            pools.append((workload[1].redundant, True))
         # every model's errors first: the moderating prior is fitted across all of them
         errors = [
-            self._model_errors(cluster.members, pool, values, observed) if modelled else None
-            for (_, cluster), (pool, modelled) in zip(clusters, pools, strict=True)
+            self._model_errors(
+                cluster.members, pool, values, observed, decouple=number != workload_number
+            )
+            if modelled
+            else None
+            for (number, cluster), (pool, modelled) in zip(clusters, pools, strict=True)
         ]
         prior = self._variance_prior([e for e in errors if e is not None])
         results = []
@@ -928,9 +993,15 @@ class CounterRegressionCheck(BaseEstimator):
             scores = None if model_errors is None else self._score_models(model_errors, prior)
             if scores is not None:
                 null += scores.null
-            results.append(
-                self._check_cluster(number, cluster, pool, scores, values, observed, threshold)
-            )
+            result = self._check_cluster(number, cluster, pool, scores, values, observed, threshold)
+            if number == workload_number:
+                result = dataclasses.replace(
+                    result,
+                    members=cluster.members,
+                    redundant_members=cluster.redundant,
+                    workload=True,
+                )
+            results.append(result)
         runs = len(self._run_slices)
         tests = sum(c.tests for c in results)
         inflation = tail_inflation(null)
@@ -1170,9 +1241,12 @@ class CounterRegressionCheck(BaseEstimator):
         candidates: list[str],
         target: dict[str, np.ndarray],
         target_observed: dict[str, np.ndarray],
+        decouple: bool = True,
     ) -> _ModelErrors:
         """Per candidate, of its model on all the other members and (with
-        decouple_strongest) of the model without the strongest of them: the prediction
+        decouple_strongest and ``decouple``) of the model without the strongest of them
+        (the workload models keep every workload counter: none is driven by what they
+        model): the prediction
         error on the target and on each baseline run, fitted on the others (with one
         baseline run, on that run), with their within-run statistics.
 
@@ -1209,7 +1283,7 @@ class CounterRegressionCheck(BaseEstimator):
         betas[:, inside] = -inverse[1:, diagonal] / inverse[diagonal, diagonal]
         betas[columns[inside], inside] = 0.0
         betas[:, outside] = (inverse @ (design.T @ z_base[everything][:, columns[outside]]))[1:]
-        enough = np.where(member, width >= 3, width >= 2) & self.decouple_strongest
+        enough = np.where(member, width >= 3, width >= 2) & self.decouple_strongest & decouple
         strongest = np.zeros(columns.size, dtype=np.intp)
         if width:
             strongest = np.where(enough, np.argmax(np.abs(betas), axis=0) + 1, 0)
@@ -1409,6 +1483,8 @@ class CounterRegressionCheck(BaseEstimator):
             raise ValueError("alpha must be between 0 and 1 (exclusive)")
         if self.calibration_margin < 0:
             raise ValueError("calibration_margin must not be negative")
+        if isinstance(self.workload, str) or not all(isinstance(p, str) for p in self.workload):
+            raise ValueError("workload must be a sequence of counter names or patterns")
 
     def _drop_mostly_missing(
         self, names: list[str], runs: Sequence[CounterSamples], what: str

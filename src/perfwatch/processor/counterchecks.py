@@ -191,6 +191,7 @@ class CounterCheckHandler:
             "alpha": settings.alpha,
             "threshold": settings.threshold,
             "block": settings.block,
+            "workload": list(settings.workload),  # as a JSON document holds it
         }
         self._parameters = {
             **CounterRegressionCheck(**self._check_params).get_params(),

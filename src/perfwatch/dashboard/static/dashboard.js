@@ -471,7 +471,8 @@ async function initCounters() {
       const tr = document.createElement("tr");
       tr.dataset.cluster = c.cluster;
       if (c.flagged) tr.classList.add("flagged");
-      cell(tr, c.cluster, "num");
+      // the workload models: their members are the workload counters they are fitted on
+      cell(tr, c.workload ? "workload" : c.cluster, "num");
       cell(tr, (c.members || []).join(", "));
       cell(tr, c.dependent);
       cell(tr, c.model);

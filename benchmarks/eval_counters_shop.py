@@ -20,6 +20,9 @@ The rules compared, on the same runs:
   * calibrated: the threshold calibrated on the baseline's own runs (each checked against
     the others; largest excess + 5 points), the previous rule;
   * literal: the paper's steps read literally (``seed_literal()``) at 30%;
+  * workload models, measured only when named in ``--rules``: the default with the
+    workload counters named (``workload=WORKLOAD``: each other counter also modelled on
+    them alone);
   * prototypes, measured only when named in ``--rules`` (not in the detector): every
     counter but the workload's (``WORKLOAD``: request rates and what the application's
     logic asks per request) modelled on the workload counters only, each good run left
@@ -38,7 +41,8 @@ catch at a threshold chosen with hindsight (at most one false alarm in all the s
 well their p-values rank the runs), and blame: whether the three counters named first
 include one the regression changed (the generator's truth), per p-value rule.
 Seeds 101-120 were used to develop the rules; seeds 201-220 were kept for the report,
-and seeds 301-320 for the report of the exceedance score.
+seeds 301-320 for the report of the exceedance score and seeds 401-420 for that of the
+workload models.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from perfwatch.detectors.counters import (
     MISSING_IN_TARGET,
     MOSTLY_MISSING,
     NOT_IN_BASELINE,
+    REDUNDANT,
     ZERO_VARIANCE,
     CounterRegressionCheck,
     CounterSamples,
@@ -500,3 +501,16 @@ def test_workload_models_are_each_counter_on_the_workload_counters_alone() -> No
 def test_a_workload_that_names_no_counter_is_an_error(workload: object, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         CounterRegressionCheck(workload=workload).fit(baseline())  # type: ignore[arg-type]
+
+
+def test_a_workload_counter_the_reduction_removed_still_predicts() -> None:
+    """A request rate that is a copy of another (a total of one kind) is removed by the
+    paper's reduction, but the workload models use it."""
+    runs = [with_counter(r, "requests_total", 2 * r.column("requests")) for r in baseline()]
+    target = with_counter(run(13), "requests_total", 2 * run(13).column("requests"))
+    result = CounterRegressionCheck(workload=["requests_total"]).fit(runs).check(target)
+    (removed,) = [r for r in result.removed if r.counter == "requests_total"]
+    assert removed.reason in (IDENTITY, REDUNDANT)
+    assert removed.detail.endswith("; a predictor of the workload models")
+    (models,) = [c for c in result.clusters if c.workload]
+    assert models.members == ["requests_total"]

@@ -912,7 +912,12 @@ class CounterRegressionCheck(BaseEstimator):
         refit = self._fit_to_target(target)
         if refit is not None:
             return refit.check(target)
-        removed = list(self.removed_)
+        removed = [
+            dataclasses.replace(r, detail=f"{r.detail}; a predictor of the workload models")
+            if r.counter in self.workload_
+            else r
+            for r in self.removed_
+        ]
         present = set(target.names)
         for name in sorted(present - self.recorded_):
             removed.append(RemovedCounter(name, NOT_IN_BASELINE, "recorded in the target only"))

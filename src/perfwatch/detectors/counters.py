@@ -431,6 +431,8 @@ class _ModelErrors:
 class _Cluster:
     members: list[str]  # predictors, and dependents
     redundant: list[str] = field(default_factory=list)  # dependents only
+    # the workload models: every dependent on all the members, none left out
+    workload: bool = False
 
 
 class CounterRegressionCheck(BaseEstimator):
@@ -798,7 +800,7 @@ class CounterRegressionCheck(BaseEstimator):
         ]
         if not workload or not candidates:
             return None
-        return len(self.clusters_), _Cluster(workload, candidates)
+        return len(self.clusters_), _Cluster(workload, candidates, workload=True)
 
     def _collapse_identities(
         self, samples: _Correlations, analysed: np.ndarray, names: list[str]
@@ -977,19 +979,13 @@ class CounterRegressionCheck(BaseEstimator):
         clusters = [(n, c) for n, c in clusters if c.members or c.redundant]
         pools = [self._pool(cluster, observed) for _, cluster in clusters]
         workload = self._workload_cluster(values)
-        workload_number = None
         if workload is not None:
-            workload_number = workload[0]
             clusters.append(workload)
             pools.append((workload[1].redundant, True))
         # every model's errors first: the moderating prior is fitted across all of them
         errors = [
-            self._model_errors(
-                cluster.members, pool, values, observed, decouple=number != workload_number
-            )
-            if modelled
-            else None
-            for (number, cluster), (pool, modelled) in zip(clusters, pools, strict=True)
+            self._model_errors(cluster, pool, values, observed) if modelled else None
+            for (_, cluster), (pool, modelled) in zip(clusters, pools, strict=True)
         ]
         prior = self._variance_prior([e for e in errors if e is not None])
         results = []
@@ -998,15 +994,9 @@ class CounterRegressionCheck(BaseEstimator):
             scores = None if model_errors is None else self._score_models(model_errors, prior)
             if scores is not None:
                 null += scores.null
-            result = self._check_cluster(number, cluster, pool, scores, values, observed, threshold)
-            if number == workload_number:
-                result = dataclasses.replace(
-                    result,
-                    members=cluster.members,
-                    redundant_members=cluster.redundant,
-                    workload=True,
-                )
-            results.append(result)
+            results.append(
+                self._check_cluster(number, cluster, pool, scores, values, observed, threshold)
+            )
         runs = len(self._run_slices)
         tests = sum(c.tests for c in results)
         inflation = tail_inflation(null)
@@ -1215,7 +1205,8 @@ class CounterRegressionCheck(BaseEstimator):
             }
         return ClusterResult(
             cluster=number,
-            members=sorted(everyone),
+            # the workload models name the workload counters they are fitted on
+            members=cluster.members if cluster.workload else sorted(everyone),
             redundant_members=cluster.redundant,
             dependent=dependent,
             ks_statistic=ks_statistic,
@@ -1238,20 +1229,19 @@ class CounterRegressionCheck(BaseEstimator):
             pvalue=pvalue,
             tests=scores.tests if scores is not None else 0,
             candidate_z=candidate_z,
+            workload=cluster.workload,
         )
 
     def _model_errors(
         self,
-        members: list[str],
+        cluster: _Cluster,
         candidates: list[str],
         target: dict[str, np.ndarray],
         target_observed: dict[str, np.ndarray],
-        decouple: bool = True,
     ) -> _ModelErrors:
-        """Per candidate, of its model on all the other members and (with
-        decouple_strongest and ``decouple``) of the model without the strongest of them
-        (the workload models keep every workload counter: none is driven by what they
-        model): the prediction
+        """Per candidate, of its model on all the other members of the cluster and (with
+        decouple_strongest, but for the workload models: no workload counter is driven by
+        what they model) of the model without the strongest of them: the prediction
         error on the target and on each baseline run, fitted on the others (with one
         baseline run, on that run), with their within-run statistics.
 
@@ -1261,6 +1251,7 @@ class CounterRegressionCheck(BaseEstimator):
         regressed on the others predicts x_j - (x H)_j / H_jj for a row x, and leaving out
         column q as well is the rank-one downdate H - H[:, q] H[q, :] / H_qq.
         """
+        members = cluster.members
         names = list(dict.fromkeys(members + candidates))
         width = len(members)
         columns = np.array([names.index(c) for c in candidates], dtype=np.intp)
@@ -1288,7 +1279,8 @@ class CounterRegressionCheck(BaseEstimator):
         betas[:, inside] = -inverse[1:, diagonal] / inverse[diagonal, diagonal]
         betas[columns[inside], inside] = 0.0
         betas[:, outside] = (inverse @ (design.T @ z_base[everything][:, columns[outside]]))[1:]
-        enough = np.where(member, width >= 3, width >= 2) & self.decouple_strongest & decouple
+        decouple = self.decouple_strongest and not cluster.workload
+        enough = np.where(member, width >= 3, width >= 2) & decouple
         strongest = np.zeros(columns.size, dtype=np.intp)
         if width:
             strongest = np.where(enough, np.argmax(np.abs(betas), axis=0) + 1, 0)

@@ -107,14 +107,12 @@ class Processor:
         self._resume_at = 0.0  # monotonic time before which the broker is left alone
         self._settled: set[str] = set()  # ids of the batch's messages acked or nacked
         self._subscribe_again = False  # a broker failure since the last subscription
-        self._ports_open = False  # started and not closed since
 
     # --- life cycle --------------------------------------------------------------------
 
     def start(self) -> None:
         """Open the verdict publisher, publish what a previous run left in the outbox,
         open the dead-letter sink and subscribe."""
-        self._ports_open = True  # from here on, whatever opened is closed on failure
         try:
             self._publisher = self.outbox.open(self.name)
         except PublisherBusy:
@@ -213,17 +211,16 @@ class Processor:
             return started
 
     def _close_ports(self) -> None:
-        if not self._ports_open:
+        """Close what `start` opened; nothing when it opened nothing (the publisher opens
+        first, and closes itself if settling the outbox fails) or was closed since."""
+        if self._publisher is None:
             return
         for port in (self._publisher, self._dead_letters, self._records):
-            if port is None:
-                continue
             try:
                 port.close()
             except Exception as err:  # closing the others matters more
                 log.warning("closing a connection failed", extra={"error": str(err)})
         self._publisher = None
-        self._ports_open = False
 
     def adopt_orphans(self) -> None:
         """Publish verdicts other processors committed but never published (they died)."""

@@ -46,6 +46,7 @@ from counter_shop import COUNTERS, REGRESSIONS, SAMPLES, generate_study, simulat
 from eval_counters_shop import (
     WORKLOAD,
     evaluate_seed,
+    held_out_t,
     linear_model,
     model_error_pvalues,
     steady_blocks,
@@ -96,8 +97,7 @@ def _scores(
         ]
         fits.append(linear_model(baseline, target, changed, predictors))  # the target last
         levels = np.array([np.median(y - p, axis=0) / mean for y, p in fits]) * direction
-        held = levels[:-1]
-        t = (levels[-1] - held.mean(axis=0)) / (held.std(axis=0, ddof=1) * np.sqrt(1 + 1 / k))
+        t = held_out_t(levels)
         result[prefix + "level"] = float(np.min(stats.t.sf(t, k - 1)))
         # the changed counters together: their mean t (a rank, not a p-value)
         result[prefix + "level, joint"] = float(stats.t.sf(np.mean(t), k - 1))

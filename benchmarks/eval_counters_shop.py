@@ -198,9 +198,7 @@ def workload_tests(
     names = [COUNTERS[j] for j in dependents]
     if score == "level":
         levels = np.array([np.median((y - p) / mean[dependents], axis=0) for y, p in fits])
-        held, value = levels[:-1], levels[-1]
-        t = (value - held.mean(axis=0)) / (held.std(axis=0, ddof=1) * np.sqrt(1 + 1 / k))
-        return names, 2 * stats.t.sf(np.abs(t), k - 1)
+        return names, 2 * stats.t.sf(np.abs(held_out_t(levels)), k - 1)
     floor = 0.1 * mean[dependents]
     if score == "error-offset":
         # a counter whose level is run-specific (between-run variance of the run means
@@ -210,6 +208,14 @@ def workload_tests(
         level = means.var(axis=0, ddof=1) > within
         fits = [(y, p + np.where(level, np.median(y - p, axis=0), 0.0)) for y, p in fits]
     return names, model_error_pvalues(fits, floor)
+
+
+def held_out_t(levels: np.ndarray) -> np.ndarray:
+    """Per column, Student's t of the last row against the k rows before it (the good runs
+    held out), for a new observation: k - 1 degrees of freedom."""
+    held, value = levels[:-1], levels[-1]
+    k = len(held)
+    return (value - held.mean(axis=0)) / (held.std(axis=0, ddof=1) * np.sqrt(1 + 1 / k))
 
 
 def model_error_pvalues(fits: list[tuple[np.ndarray, np.ndarray]], floor: np.ndarray) -> np.ndarray:

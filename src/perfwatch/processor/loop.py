@@ -74,6 +74,12 @@ class ProcessorError(RuntimeError):
     """The processor cannot start or continue as configured."""
 
 
+def _doubled(wait: float) -> float:
+    """The wait after one more failure in a row: twice the last, from FIRST_BACKOFF_S up to
+    MAX_BACKOFF_S."""
+    return min(max(2 * wait, FIRST_BACKOFF_S), MAX_BACKOFF_S)
+
+
 def _clip(text: str) -> str:
     return text if len(text) <= _MAX_PROPERTY_CHARS else text[: _MAX_PROPERTY_CHARS - 3] + "..."
 
@@ -190,7 +196,7 @@ class Processor:
         began = time.monotonic()
         delay = 0.0
         while True:
-            delay = min(max(2 * delay, FIRST_BACKOFF_S), MAX_BACKOFF_S)
+            delay = _doubled(delay)
             stop.wait(min(delay, max(began + timeout - time.monotonic(), 0.0)))
             if stop.is_set():
                 return False
@@ -306,7 +312,7 @@ class Processor:
 
     def _back_off(self, doing: str, err: Exception) -> None:
         """Leave the broker alone for a while, longer after each failure in a row."""
-        self._backoff_s = min(max(2 * self._backoff_s, FIRST_BACKOFF_S), MAX_BACKOFF_S)
+        self._backoff_s = _doubled(self._backoff_s)
         self._resume_at = time.monotonic() + self._backoff_s
         self._subscribe_again = self._publisher is not None  # started: subscribed once
         self.metrics.broker_failures.inc()

@@ -68,12 +68,24 @@ def test_good_run_exits_0_with_the_verdict_first(files: dict) -> None:
     assert "clusters, most unusual first:" in out
 
 
-def test_a_pass_at_p_1_gives_no_empty_z(files: dict) -> None:
-    """p = 1 has no finite normal score: the headline leaves z out instead of 'z --'."""
+def test_a_pass_at_p_1_gives_no_empty_value(files: dict) -> None:
     code, out, _ = invoke("--baseline", *files["good"], "--target", files["good"][0])
     assert code == 0, out
     assert out.startswith("no regression: p 1 (corrected for the "), out
     assert "--" not in out.splitlines()[0]
+
+
+def test_the_text_has_one_kind_of_z(files: dict) -> None:
+    """The headline gives the run's p-value; a z is always the z of a model's own error
+    (the clusters' and the blamed counters'), never the p-value's normal score beside it."""
+    code, out, _ = invoke("--baseline", *files["good"], "--target", files["regression"])
+    assert code == 1, out
+    headline, *rest = out.splitlines()
+    assert headline.startswith("REGRESSION: ") and " z " not in headline
+    clusters = [line for line in rest if line.startswith("  [")]
+    assert clusters and all(", error z " in line for line in clusters), clusters
+    assert [line for line in rest if " z " in line and ", error z " not in line] == []
+    assert any(line.startswith("most unusual counters (z of their own model") for line in rest)
 
 
 def test_an_excess_that_rounds_to_zero_has_no_sign(files: dict, tmp_path: Path) -> None:

@@ -247,7 +247,7 @@ def render_text(result: CounterCheckResult, check: CounterRegressionCheck) -> st
             mark = "not judged"
         evidence = ""
         if result.decision == "pvalue" and cluster.z is not None:
-            evidence = f", z {cluster.z:.1f}, p {_p(cluster.run_pvalue)} (all models)"
+            evidence = f", error z {cluster.z:.1f}, p {_p(cluster.run_pvalue)} (all models)"
         name = "workload models" if cluster.workload else f"cluster {cluster.cluster}"
         lines.append(
             f"  [{rank}] {name}: {mark}, error {_pct(cluster.error)}, "
@@ -294,7 +294,7 @@ def _pvalue_headline(result: CounterCheckResult, judged: int) -> str:
             "against; give two or more good runs (the errors below are the paper's figures)"
         )
     evidence = (
-        f"p {_p(result.pvalue)}{_z(result.z)} (corrected for the "
+        f"p {_p(result.pvalue)} (corrected for the "
         f"{sum(c.tests for c in result.clusters)} models judged; false-alarm rate "
         f"{_pct(result.alpha)}, from {result.baseline_runs} baseline runs left out in turn)"
     )
@@ -305,11 +305,6 @@ def _pvalue_headline(result: CounterCheckResult, judged: int) -> str:
 
 def _p(value: float | None) -> str:
     return "--" if value is None else f"{value:.2g}"
-
-
-def _z(value: float | None) -> str:
-    """`, z 7.3`; nothing where the p-value has no finite normal score (p = 1)."""
-    return "" if value is None else f", z {value:.1f}"
 
 
 def _pct(value: float | None) -> str:

@@ -252,6 +252,29 @@ def test_bad_input_is_named(files: dict[str, Path], args: list[str], message: st
     assert status == 2 and message in output
 
 
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (["recommend", "--baseline", "{baseline}", "--sample-out"], "--sample-out"),
+        (["recommend", "--baseline", "{baseline}", "--plot"], "--plot"),
+        (["profile", "-o"], "--output"),
+        (["profile", "--only", "{baseline}", "--reference-out"], "--reference-out"),
+    ],
+)
+def test_an_output_in_a_missing_folder_is_named_before_any_work(
+    files: dict[str, Path], tmp_path: Path, command: list[str], option: str
+) -> None:
+    target = tmp_path / "no-such-folder" / "out.txt"
+    args = [a.format(baseline=files["baseline"]) for a in command]
+    tests = ["--", "no-such-tests"] if args[0] == "profile" else []
+    result = CliRunner().invoke(main, [*args, str(target), *tests])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"perfwatch {args[0]}: error: {option}: cannot write {target}: the folder "
+        f"{target.parent} does not exist\n"
+    )
+
+
 NOT_PROFILE = "not a perfwatch input-profile JSON document"
 
 

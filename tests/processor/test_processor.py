@@ -445,9 +445,24 @@ def test_demo_finds_the_scripted_changes(tmp_path: Path) -> None:
     assert f"{tmp_path.resolve()} (kept)" in result.output
     assert (tmp_path / "state.db").is_file()
     next_steps = result.output.split("\nNext steps:\n")[1]
-    assert f"perfwatch dashboard --store {store_url}\n" in next_steps
-    assert "perfwatch publish results.json\n" in next_steps
+    broker = tmp_path.resolve() / "broker"
+    assert f"perfwatch dashboard --store {store_url} --embedded-dir {broker}\n" in next_steps
+    assert f"perfwatch serve --store {store_url} --embedded-dir {broker}\n" in next_steps
+    assert f"perfwatch publish --embedded-dir {broker} results.json\n" in next_steps
     assert "perfwatch demo --keep" not in next_steps
+
+
+def test_demo_keep_in_a_folder_it_cannot_make_is_a_usage_error(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from perfwatch.cli.main import main
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    result = CliRunner().invoke(main, ["demo", "--keep", str(a_file / "sub")])
+    assert result.exit_code == 2, result.output
+    assert "--keep" in result.stderr and f"cannot make the folder {a_file / 'sub'}" in result.stderr
+    assert "Traceback" not in result.output
 
 
 def test_demo_without_keep_names_no_folder_and_says_how_to_keep(
@@ -460,4 +475,7 @@ def test_demo_without_keep_names_no_folder_and_says_how_to_keep(
     assert "gone-after-the-demo" not in output
     keep = Path("perfwatch-demo").resolve()
     assert f"perfwatch demo --keep {keep}\n" in output
-    assert f"perfwatch dashboard --store sqlite:///{keep / 'state.db'}\n" in output
+    assert (
+        f"perfwatch dashboard --store sqlite:///{keep / 'state.db'} --embedded-dir "
+        f"{keep / 'broker'}\n"
+    ) in output

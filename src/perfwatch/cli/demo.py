@@ -96,7 +96,12 @@ def demo(runs: int, seed: int, keep: Path | None) -> None:
         raise click.BadParameter(str(err), param_hint="--runs") from None
     with ExitStack() as stack:
         folder = keep or Path(stack.enter_context(tempfile.TemporaryDirectory("-perfwatch-demo")))
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise click.BadParameter(
+                f"cannot make the folder {folder}: {err.strerror}", param_hint="--keep"
+            ) from None
         _run_demo(history, folder.resolve(), kept=keep is not None)
 
 
@@ -155,26 +160,28 @@ def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
 
             worker = threading.Thread(target=run, name="perfwatch-processor")
             worker.start()
-            with _step(f"publishing {len(history.messages)} messages"):
-                producer = client.create_producer(
-                    config.topics.records, block_if_queue_full=True, batching_enabled=True
-                )
-                for message in history.messages:
-                    producer.send_async(message.payload, None, partition_key=message.key)
-                producer.flush()
-                producer.close()
-            click.echo("\nVerdicts as the processor publishes them (seconds since the start):")
-
             kinds: Counter[str] = Counter()
             seen: set[str] = set()
-            deadline = time.monotonic() + SETTLE_TIMEOUT_S
-            while time.monotonic() < deadline and not failure:
-                settled = processor.metrics.settled() >= len(history.messages)
-                quiet = _drain(watch, seen, kinds, started, timeout_ms=200) == 0
-                if quiet and settled and not store.unpublished():
-                    break
-            stop.set()
-            worker.join()
+            try:
+                with _step(f"publishing {len(history.messages)} messages"):
+                    producer = client.create_producer(
+                        config.topics.records, block_if_queue_full=True, batching_enabled=True
+                    )
+                    for message in history.messages:
+                        producer.send_async(message.payload, None, partition_key=message.key)
+                    producer.flush()
+                    producer.close()
+                click.echo("\nVerdicts as the processor publishes them (seconds since the start):")
+                deadline = time.monotonic() + SETTLE_TIMEOUT_S
+                while time.monotonic() < deadline and not failure:
+                    settled = processor.metrics.settled() >= len(history.messages)
+                    quiet = _drain(watch, seen, kinds, started, timeout_ms=200) == 0
+                    if quiet and settled and not store.unpublished():
+                        break
+            finally:
+                # on Ctrl-C too: the processor closes its producers before the client
+                stop.set()
+                worker.join()
             _drain(watch, seen, kinds, started, timeout_ms=200)
             if failure:
                 raise click.ClickException(f"the processor stopped: {failure[0]}")
@@ -332,9 +339,11 @@ def _echo_table(
 
 
 def _next_steps(folder: Path, *, kept: bool) -> None:
-    """What to do next, each with the command that does it as printed."""
+    """What to do next, each with the command that does it as printed: the kept store
+    with the kept broker, so the dashboard follows the demo's verdicts, not another
+    broker's."""
     keep = folder if kept else Path("perfwatch-demo").resolve()
-    store_url = f"sqlite:///{keep / 'state.db'}"
+    state = f"--store sqlite:///{keep / 'state.db'} --embedded-dir {keep / 'broker'}"
     steps = [
         (
             "Keep the state (SQLite store and broker topics) in a folder:",
@@ -342,12 +351,15 @@ def _next_steps(folder: Path, *, kept: bool) -> None:
         ),
         (
             "Browse the kept series, change points and verdicts (http://127.0.0.1:8050/):",
-            [f"perfwatch dashboard --store {store_url}"],
+            [f"perfwatch dashboard {state}"],
         ),
         (
             "Find the change points in your own results: start the processor, then publish "
             "from another terminal:",
-            [f"perfwatch serve --store {store_url}", "perfwatch publish results.json"],
+            [
+                f"perfwatch serve {state}",
+                f"perfwatch publish --embedded-dir {keep / 'broker'} results.json",
+            ],
         ),
         ("Or analyse result files offline, without a broker:", ["perfwatch analyze results.csv"]),
     ]

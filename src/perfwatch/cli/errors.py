@@ -24,6 +24,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -203,3 +204,13 @@ def bound_socket(host: str, port: int, option: str) -> socket.socket:
         problem = error.strerror
         raise InputError(f"{option}: cannot listen on {host}:{port}: {problem}") from None
     return bound
+
+
+def check_writable(path: Path, option: str) -> None:
+    """InputError naming ``option`` unless a file can be written at ``path``: checked
+    before the work, so a long run does not end on a mistyped folder."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise InputError(f"{option}: cannot write {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{option}: cannot write {path}: no permission to write in {folder}")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfwatch.adapters.identity import Identity
-from perfwatch.cli.errors import EXIT_FOUND, InputError
+from perfwatch.cli.errors import EXIT_FOUND, InputError, check_writable
 from perfwatch.cli.flags import (
     FiniteFloatRange,
     attributes_option,
@@ -203,6 +203,9 @@ def profile(
             f"{' and '.join(given)} {verb} sent with the record: {subject} --publish"
         )
     explicit = Identity(commit=commit, branch=branch, attributes=parse_attributes(attrs))
+    check_writable(output, "--output")
+    if reference_out is not None:
+        check_writable(reference_out, "--reference-out")
     _check_pytest()
     config = None
     if publish:  # bad settings are found before the suite runs, not after

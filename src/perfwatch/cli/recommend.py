@@ -11,7 +11,7 @@ import click
 import orjson
 
 from perfwatch._optional import require
-from perfwatch.cli.errors import EXIT_FOUND, InputError
+from perfwatch.cli.errors import EXIT_FOUND, InputError, check_writable
 from perfwatch.cli.flags import FiniteFloatRange, output_format_option
 from perfwatch.contract.models import InputProfile
 from perfwatch.detectors.input_attributes import (
@@ -231,6 +231,9 @@ def recommend(
         raise click.UsageError("--reference is the old code's side of --update: give --update too")
     if exit_code and update is None:
         raise click.UsageError("--exit-code tells the recommendation for --update: give --update")
+    for path, option in ((sample_out, "--sample-out"), (plot, "--plot")):
+        if path is not None:
+            check_writable(path, option)
     baseline_file = _read(baseline)
     chosen = tuple(name.strip() for name in attributes.split(",") if name.strip())
     try:

@@ -30,6 +30,7 @@ from perfwatch.brokers.admin import ensure_partitioned_topic
 from perfwatch.brokers.embedded import (
     CONFIG_NAME,
     PID_NAME,
+    DataFolderInUse,
     EmbeddedBroker,
     EmbeddedBrokerError,
     find_running_broker,
@@ -468,6 +469,26 @@ def test_start_failure_names_the_exit_code_and_shows_the_log(
         second.start()
     assert "LOCK" in str(failure.value)  # RocksDB's lock error, from the log tail
     assert not second.running
+    assert private_broker.running
+
+
+def test_a_folder_held_by_a_running_process_is_a_usage_error(
+    private_broker: EmbeddedBroker,
+) -> None:
+    """Like a port in use: the user stops the other process or picks another folder."""
+    with pytest.raises(DataFolderInUse, match="is in use by the embedded broker pid"):
+        EmbeddedBroker(private_broker.data_dir).start()
+    run_cli = "from perfwatch.cli.main import main; main()"
+    command = [sys.executable, "-c", run_cli, "dev", "embedded"]
+    done = subprocess.run(
+        [*command, "--data-dir", str(private_broker.data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("perfwatch dev embedded: error: ")
+    assert "stop that process or use another data folder" in done.stderr
     assert private_broker.running
 
 

@@ -70,6 +70,11 @@ class EmbeddedBrokerError(BrokerError):
     """The embedded broker could not be started or its data folder is in use."""
 
 
+class DataFolderInUse(EmbeddedBrokerError):
+    """Another running process's embedded broker holds the data folder: a conflict the
+    user resolves (as a port in use), not a broker failure."""
+
+
 def default_data_dir() -> Path:
     data_home = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return data_home / "perfwatch" / "embedded"
@@ -207,7 +212,7 @@ class EmbeddedBroker(ChildProcessBroker):
         if record is None:
             return
         if _owned(record):
-            raise EmbeddedBrokerError(
+            raise DataFolderInUse(
                 f"{self.data_dir} is in use by the embedded broker pid {record['pid']} "
                 f"(pulsar://127.0.0.1:{record['port']}) of running process "
                 f"{record['owner_pid']}; stop that process or use another data folder"

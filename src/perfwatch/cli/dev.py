@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from perfwatch.cli.errors import ServiceUnavailable, check_port_free
+from perfwatch.cli.errors import InputError, ServiceUnavailable, check_port_free
 from perfwatch.cli.signals import StopRequest, stop_on_signals
 
 
@@ -139,7 +139,7 @@ def pulsar_standalone(
 @click.option("--port", type=click.IntRange(1, 65535), help="Broker port [default: a free one].")
 def embedded(data_dir: Path | None, port: int | None) -> None:
     """Run the embedded pulsar-lite broker on loopback until Ctrl-C."""
-    from perfwatch.brokers.embedded import EmbeddedBroker
+    from perfwatch.brokers.embedded import DataFolderInUse, EmbeddedBroker
     from perfwatch.brokers.handle import BrokerError
 
     if port is not None:
@@ -158,5 +158,7 @@ def embedded(data_dir: Path | None, port: int | None) -> None:
                     lambda: broker.running,
                     broker.log_file,
                 )
+        except DataFolderInUse as error:
+            raise InputError(str(error)) from error
         except BrokerError as error:
             raise ServiceUnavailable(str(error)) from error

@@ -318,6 +318,21 @@ def test_a_group_without_a_command_shows_its_help(group: list[str]) -> None:
     assert "error:" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("typed", "hint"),
+    [
+        (["analyse"], "perfwatch: error: No such command 'analyse'. Did you mean 'analyze'?"),
+        (["serv"], "perfwatch: error: No such command 'serv'. Did you mean 'serve'?"),
+        (["dev", "embeded"], "error: No such command 'embeded'. Did you mean 'embedded'?"),
+        (["zzz"], "perfwatch: error: No such command 'zzz'."),
+    ],
+)
+def test_a_mistyped_command_gets_the_closest_one_suggested(typed: list[str], hint: str) -> None:
+    result = _invoke(*typed)
+    assert result.exit_code == 2
+    assert result.stderr.rstrip().endswith(hint)
+
+
 def test_profile_with_a_failing_test_is_exit_status_1(tmp_path: Path) -> None:
     suite = tmp_path / "test_suite.py"
     suite.write_text("def test_passes():\n    pass\n\ndef test_fails():\n    assert False\n")

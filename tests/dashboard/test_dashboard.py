@@ -966,6 +966,10 @@ def test_api_counters_inputs_and_resources(client: TestClient) -> None:
     resources = client.get("/api/resources", params={"time_metric": "peak_memory_mb"}).json()
     assert resources["time_metric"] == "peak_memory_mb"
     assert len(resources["figures"]["time"]["data"]) == 2
+    for parameter in ("time_metric", "memory_metric"):
+        unknown = client.get("/api/resources", params={parameter: "nope"})
+        assert unknown.status_code == 404
+        assert f"{parameter}: no series has the metric 'nope'" in unknown.text
 
 
 def test_health_reports_the_store(client: TestClient) -> None:

@@ -155,6 +155,12 @@ def analyze(
             keep_missing=True,
         )
         _check_found(loaded, metrics, files)
+        unknown = sorted(set(directions) - {series.metric for series in loaded})
+        if unknown:
+            raise click.BadParameter(
+                f"no metric named {', '.join(map(repr, unknown))} among the series analysed",
+                param_hint="--direction",
+            )
         selected = [
             _prepared(
                 _missing_runs_as_the_mode_treats_them(series, parameters),

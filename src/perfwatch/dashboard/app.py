@@ -265,12 +265,15 @@ async def api_inputs(request: Request) -> Response:
 async def api_resources(request: Request) -> Response:
     store = _state(request).require_store()
     params = request.query_params
-    data = await run_in_threadpool(
-        queries.resources_over_commits,
-        store,
-        params.get("time_metric") or None,
-        params.get("memory_metric") or None,
-    )
+    try:
+        data = await run_in_threadpool(
+            queries.resources_over_commits,
+            store,
+            params.get("time_metric") or None,
+            params.get("memory_metric") or None,
+        )
+    except LookupError as err:
+        raise HTTPException(404, str(err.args[0])) from None
     return JSONResponse({**data, "figures": figures.resources_figures(data)})
 
 

@@ -294,10 +294,13 @@ def resources_over_commits(
     are used. Each test contributes one line per metric: its runs in time order,
     labelled by commit, with the unit its records declare. `totals` sums the
     time metric over tests per commit and unit: values in different units are
-    never added together.
+    never added together. LookupError for a named metric no series has.
     """
     keys = store.series_keys()
     metrics = sorted({key.metric for key in keys})
+    for parameter, named in (("time_metric", time_metric), ("memory_metric", memory_metric)):
+        if named is not None and named not in metrics:
+            raise LookupError(f"{parameter}: no series has the metric {named!r}")
     time_metric = time_metric or pick_metric(metrics, TIME_METRIC_GLOBS)
     memory_metric = memory_metric or pick_metric(
         [m for m in metrics if m != time_metric], MEMORY_METRIC_GLOBS

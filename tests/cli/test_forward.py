@@ -187,6 +187,17 @@ def test_slack_payload_and_template() -> None:
         check_template("oops }")
 
 
+def test_a_counter_verdicts_template_fields_carry_its_p_value_and_commit() -> None:
+    document = verdict("counter_regression.detected")
+    document["counter_check"]["target"] = {"time": "2024-05-01T01:00:00Z", "commit": "c0ffee" * 7}
+    text = orjson.loads(slack_payload(document, "{label} {test} p={pvalue} commit={commit}"))
+    assert text == {"text": "REGRESSION api/search p=0.00042 commit=c0ffeec0ffee"}
+    # the line says the p-value once, in the detail, next to the rule that judged it
+    summary = summary_fields(document)["summary"]
+    assert summary.count("p=0.00042") == 1
+    assert summary.startswith("REGRESSION api/search commit c0ffeec0ffee (counters: 1 of 2")
+
+
 @pytest.mark.parametrize("template", ["", "  "])
 def test_an_empty_template_is_refused_at_start(template: str) -> None:
     """Slack answers 400 to a message without text: every alert went to the dead letters."""

@@ -231,6 +231,9 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
     evidence = block(verdict, "previous" if kind == "change_point.retracted" else "change_point")
     if kind in SUSPICION_KINDS:
         evidence = block(verdict, "suspicion")
+    elif kind.startswith("counter_"):
+        check = block(verdict, "counter_check")
+        evidence = {"pvalue": check.get("pvalue"), "commit": block(check, "target").get("commit")}
     direction = str(evidence.get("direction", ""))
     commit = evidence.get("commit")
     fields = {
@@ -257,6 +260,8 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
         fields["summary"] = f"{fields['label']} {fields['detail']}"
         return fields
     fields["commits"] = _commits(block(block(verdict, "finding"), "commit_range"), fields["commit"])
+    # a counter check's detail gives its p-value next to the rule that judged it
+    pvalue = "" if kind.startswith("counter_") else fields["pvalue"]
     fields["summary"] = " ".join(
         part
         for part in (
@@ -264,7 +269,7 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
             fields["test"],
             fields["metric"],
             fields["change"],
-            f"p={fields['pvalue']}" if fields["pvalue"] else "",
+            f"p={pvalue}" if pvalue else "",
             _place(fields["commits"]) if fields["commits"] else "",
             fields["detail"],
             f"[{fields['attributes']}]" if fields["attributes"] else "",

@@ -318,6 +318,35 @@ def test_a_group_without_a_command_shows_its_help(group: list[str]) -> None:
     assert "error:" not in result.stderr
 
 
+NOT_UTF8 = [
+    ("image.png", b"\x89PNG\r\n\x1a\n", "1:1: not UTF-8 text (byte 0x89)"),
+    ("latin.csv", "time,x\n1,caf\xe9\n".encode("latin-1"), "2:6: not UTF-8 text (byte 0xe9)"),
+    ("latin.jsonl", b'{"test": "caf\xe9"}\n', "1:14: not UTF-8 text (byte 0xe9)"),
+    ("latin.json", b'{"test": "caf\xe9"}', "1:14: not UTF-8 text (byte 0xe9)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "content", "where"),
+    [(command, *case) for command in ("analyze", "publish") for case in NOT_UTF8]
+    + [("compare", *case) for case in NOT_UTF8 if case[0].endswith(".csv")],
+)
+def test_text_that_is_not_utf8_is_located_alike_by_every_command(
+    tmp_path: Path, command: str, name: str, content: bytes, where: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    args = {
+        "analyze": [str(path)],
+        "publish": ["--dry-run", str(path)],
+        "compare": ["--baseline", str(path), "--target", str(path)],
+    }[command]
+    result = _invoke(command, *args)
+    assert result.exit_code == 2, result.output
+    first = result.stderr.splitlines()[0]  # publish then counts the files it refused
+    assert first == f"perfwatch {command}: error: {path}:{where}; save it as UTF-8"
+
+
 @pytest.mark.parametrize(
     ("typed", "hint"),
     [

@@ -282,7 +282,10 @@ NOT_PROFILE = "not a perfwatch input-profile JSON document"
     ("content", "problem"),
     [
         (b"test,mean\nparse,1.5\n", f":1:1: {NOT_PROFILE}: not valid JSON"),
-        (b'{"schema": "caf\xe9"}', f": {NOT_PROFILE}: not UTF-8 text (byte 0xe9)"),
+        (
+            b'{"schema": "caf\xe9"}',
+            f":1:16: {NOT_PROFILE}: not UTF-8 text (byte 0xe9); save it as UTF-8",
+        ),
         # UTF-16 with its byte-order mark is read as text: "{}" is JSON, no profile
         (b"\xff\xfe{\x00}\x00", ": $: 'schema' is a required property (and 3 more problems)"),
     ],

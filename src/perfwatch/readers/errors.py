@@ -63,3 +63,18 @@ def as_utf8(data: bytes, source: str | Path) -> bytes:
         raise SourceError(
             source, f"not UTF-16 text after its byte-order mark (offset {error.start})"
         ) from None
+
+
+def utf8_text(data: bytes, source: str | Path, problem: str = "not UTF-8 text") -> str:
+    """``data`` decoded as UTF-8, or a SourceError at the first byte that is not UTF-8:
+    its line, column and value, worded alike for every format."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line_start = data.rfind(b"\n", 0, error.start) + 1
+        raise SourceError(
+            source,
+            f"{problem} (byte 0x{data[error.start]:02x}); save it as UTF-8",
+            line=data.count(b"\n", 0, error.start) + 1,
+            column=error.start - line_start + 1,
+        ) from None

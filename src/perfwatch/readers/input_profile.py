@@ -23,7 +23,7 @@ import orjson
 from perfwatch.contract.models import InputProfile, Record
 from perfwatch.contract.timestamps import format_rfc3339
 from perfwatch.contract.validation import RECORD_SCHEMA, RecordError, load_schema
-from perfwatch.readers.errors import SourceError, read_source
+from perfwatch.readers.errors import SourceError, read_source, utf8_text
 from perfwatch.readers.tool_json import LocatedRecord
 
 if TYPE_CHECKING:  # jsonschema is imported when a file is first validated
@@ -94,12 +94,7 @@ def read_input_profile(path: str | Path) -> InputProfileFile:
     """Read an input-profile file, or a perfwatch record with ``inputs``; SourceError if bad."""
     data = read_source(path)
     not_profile = "not a perfwatch input-profile JSON document"
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise SourceError(
-            path, f"{not_profile}: not UTF-8 text (byte 0x{data[error.start]:02x})"
-        ) from None
+    text = utf8_text(data, path, f"{not_profile}: not UTF-8 text")
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as error:

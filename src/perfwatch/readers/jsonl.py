@@ -15,7 +15,7 @@ import numpy as np
 from perfwatch.contract.codec import dumps, loads, parse_record
 from perfwatch.contract.models import Record
 from perfwatch.contract.validation import RecordError, json_path
-from perfwatch.readers.errors import SourceError, read_source
+from perfwatch.readers.errors import SourceError, read_source, utf8_text
 from perfwatch.readers.series import MetricSeries
 
 
@@ -33,6 +33,7 @@ def read_records(path: str | Path) -> Iterator[SourcedRecord]:
     """Every record of a file, in file order; SourceError at the first bad one."""
     path = Path(path)
     data = read_source(path)
+    utf8_text(data, path)  # a byte that is not UTF-8 is located as every reader locates it
     if path.suffix.lower() == ".json" or data.lstrip()[:1] == b"[":
         yield from _read_document(data, str(path))
         return

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from perfwatch.contract.validation import MAX_METRIC_MAGNITUDE, beyond_metric_bound
-from perfwatch.readers.errors import SourceError, read_source
+from perfwatch.readers.errors import SourceError, read_source, utf8_text
 from perfwatch.readers.series import MetricSeries
 
 SEPARATORS = (",", ";", "\t", "|")
@@ -239,17 +239,7 @@ def _split_rows(text: str, separator: str | None, source: str) -> _Table:
 
 
 def _read_text(path: Path) -> str:
-    data = read_source(path)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line_start = data.rfind(b"\n", 0, error.start) + 1
-        raise SourceError(
-            path,
-            f"not UTF-8 text (byte 0x{data[error.start]:02x})",
-            line=data.count(b"\n", 0, error.start) + 1,
-            column=error.start - line_start + 1,
-        ) from None
+    return utf8_text(read_source(path), path)
 
 
 def _check_header(header: list[str], source: str, line: int) -> None:

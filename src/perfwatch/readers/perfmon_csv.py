@@ -34,7 +34,7 @@ from perfwatch.readers.counter_names import (
     first_duplicate,
     is_counter_path,
 )
-from perfwatch.readers.errors import SourceError, read_source
+from perfwatch.readers.errors import SourceError, read_source, utf8_text
 from perfwatch.readers.perfmon_header import (
     PDH_MARKER,
     PDH_MARKERS,
@@ -126,10 +126,7 @@ def _is_status_line(row: list[str], width: int) -> bool:
 def csv_rows(path: Path) -> list[tuple[int, list[str]]]:
     """A CSV file's non-blank rows with their 1-based line numbers; SourceError when
     the file cannot be read as CSV text."""
-    try:
-        text = read_source(path).decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise SourceError(path, f"not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+    text = utf8_text(read_source(path), path)
     delimiter = _delimiter(first_header_text(text))
     # newline="" as csv wants: quoted cells may hold line breaks of their own
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from perfwatch.contract.timestamps import format_rfc3339
-from perfwatch.readers.errors import SourceError
+from perfwatch.readers.errors import SourceError, utf8_text
 
 LOWER_IS_BETTER = "lower_is_better"
 HIGHER_IS_BETTER = "higher_is_better"
@@ -29,8 +29,9 @@ class LocatedRecord(NamedTuple):
 
 
 def load_json_document(data: bytes, source: str) -> Any:
+    text = utf8_text(data, source)
     try:
-        return orjson.loads(data)
+        return orjson.loads(text)
     except orjson.JSONDecodeError as error:
         raise SourceError(source, f"not valid JSON: {error}") from None
 

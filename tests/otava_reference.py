@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import venv
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ def reference_python() -> Path:
     return python
 
 
-def _json_values(values: Sequence[float]) -> list[float | None]:
+def _json_values(values: Iterable[float]) -> list[float | None]:
     return [None if math.isnan(v) else float(v) for v in values]
 
 
@@ -87,7 +87,7 @@ class OtavaReference:
             raise RuntimeError(f"Otava failed on {request['op']}: {reply['error']}")
         return reply
 
-    def change_points(self, values: Sequence[float], **options: Any) -> list[dict[str, Any]]:
+    def change_points(self, values: Iterable[float], **options: Any) -> list[dict[str, Any]]:
         """Otava's ``compute_change_points`` on the values (NaN: a missing run)."""
         request = {"op": "change_points", "values": _json_values(values), "options": options}
         return self.ask(request)["change_points"]
@@ -112,9 +112,15 @@ class OtavaReference:
         request = {"op": "analyze_json_runs", "runs": runs, "options": options}
         return self.ask(request)["change_points"]
 
-    def change_points_orig(self, values: Sequence[float], seed: int) -> list[int]:
-        """The indices Otava's original, permutation-tested E-Divisive finds (NaN: missing)."""
-        request = {"op": "change_points_orig", "values": _json_values(values), "seed": seed}
+    def change_points_orig(self, values: Iterable[float], seed: int, **options: Any) -> list[int]:
+        """The indices Otava's original, permutation-tested E-Divisive finds (NaN: missing);
+        ``permutations`` and ``max_pvalue`` in ``options`` change its test."""
+        request = {
+            "op": "change_points_orig",
+            "values": _json_values(values),
+            "seed": seed,
+            **options,
+        }
         return self.ask(request)["indices"]
 
     def candidate(self, values: Sequence[float]) -> tuple[int, float]:

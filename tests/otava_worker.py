@@ -17,7 +17,8 @@ Requests and replies:
 - ``{"op": "change_points_orig", "values": [...], "seed": S}`` -> ``{"indices": [...]}``:
   the change points of Otava's original E-Divisive (``compute_change_points_orig``: no
   windows, a permutation test of each split, 100 permutations drawn with ``seed``), missing
-  values filled in as for ``change_points``.
+  values filled in as for ``change_points``; with ``"permutations": N`` (and optionally
+  ``"max_pvalue"``, 0.001) the same detector with N permutations per test.
 - ``{"op": "candidate", "values": [...]}`` -> ``{"index", "qhat"}`` of the divergence's
   best split of the whole list (``PairDistanceCalculator``).
 - ``{"op": "mean_std", "values": [...]}`` -> ``{"mean", "std"}``: numpy's mean and
@@ -44,6 +45,8 @@ from typing import Any
 import numpy as np
 from otava.analysis import compute_change_points, compute_change_points_orig, fill_missing
 from otava.change_point_divisive.calculator import PairDistanceCalculator
+from otava.change_point_divisive.detector import ChangePointDetector
+from otava.change_point_divisive.significance_test import PermutationsSignificanceTester
 from otava.data_selector import DataSelector
 from otava.importer import JsonImporter
 from otava.series import AnalysisOptions, Metric, Series
@@ -85,6 +88,27 @@ def analyze_json_runs(runs: list[dict[str, Any]], options: dict[str, Any]) -> di
     return {metric: described(found) for metric, found in analyzed.change_points.items()}
 
 
+def change_points_orig(filled: list[float], request: dict[str, Any]) -> list[int]:
+    """Otava's ``compute_change_points_orig``, or, given ``permutations``, the same
+    detector with that many permutations per test (its function fixes 100, which cannot
+    show a p-value below 1/101 however small ``max_pvalue`` is)."""
+    seed = int(request["seed"])
+    if "permutations" not in request:
+        found, _ = compute_change_points_orig(filled, seed=seed)
+    else:
+        tester = PermutationsSignificanceTester(
+            max_pvalue=float(request.get("max_pvalue", 0.001)),
+            permutations=int(request["permutations"]),
+            calculator=PairDistanceCalculator,
+            seed=seed,
+        )
+        detector = ChangePointDetector(
+            significance_tester=tester, calculator=PairDistanceCalculator
+        )
+        found = detector.get_change_points(series=filled)
+    return sorted(int(c.index) for c in found)
+
+
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     op = request["op"]
     values = request.get("values", [])
@@ -95,8 +119,7 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     if op == "change_points_orig":
         filled = list(values)
         fill_missing(filled)
-        found, _ = compute_change_points_orig(filled, seed=int(request["seed"]))
-        return {"indices": sorted(int(c.index) for c in found)}
+        return {"indices": change_points_orig(filled, request)}
     if op == "mean_std":
         return {"mean": float(np.mean(values)), "std": float(np.std(values))}
     if op == "candidate":

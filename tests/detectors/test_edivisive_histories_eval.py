@@ -4,13 +4,20 @@ hand-checked cases, and its generator (benchmarks/perf_histories.py) keeping its
 from __future__ import annotations
 
 import sys
+from itertools import combinations, pairwise
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from eval_edivisive_histories import Tally, covering, matched_truth
+from eval_edivisive_histories import (
+    Tally,
+    covering,
+    least_squares_change_points,
+    matched_truth,
+)
+from otava_reference import OtavaReference
 from perf_histories import (
     EDGE,
     GROUPS,
@@ -111,3 +118,49 @@ def test_mixed_lasting_changes_keep_their_distance() -> None:
         gaps = np.diff(starts)
         assert (gaps >= 2).all()
         assert sum(gaps < MIN_GAP_BETWEEN_CHANGES) <= 2
+
+
+def _least_squares_by_brute_force(x: np.ndarray, penalty: float, min_len: int) -> list[int]:
+    """Every segmentation with segments of at least ``min_len`` tried, the cheapest kept."""
+    n = len(x)
+    centred = x - np.median(x)
+    scale = np.median(np.abs(np.diff(centred))) / (0.6745 * np.sqrt(2.0))
+    per_change = penalty * scale**2 * np.log(n)
+    best_cost, best = np.inf, []
+    for count in range(n // min_len):
+        for points in combinations(range(min_len, n - min_len + 1), count):
+            edges = [0, *points, n]
+            if any(b - a < min_len for a, b in pairwise(edges)):
+                continue
+            cost = count * per_change + sum(
+                float(((centred[a:b] - centred[a:b].mean()) ** 2).sum()) for a, b in pairwise(edges)
+            )
+            if cost < best_cost - 1e-9:
+                best_cost, best = cost, list(points)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_least_squares_baseline_finds_the_cheapest_segmentation(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    levels = np.repeat(rng.uniform(-3, 3, 3), [6, 5, 7])
+    x = levels + rng.standard_normal(18)
+    penalty = [0.5, 1.0, 3.0][seed % 3]
+    assert least_squares_change_points(x, penalty) == _least_squares_by_brute_force(x, penalty, 3)
+
+
+def test_least_squares_baseline_on_a_clear_step_and_on_noise() -> None:
+    rng = np.random.default_rng(7)
+    step = np.r_[rng.normal(100, 1, 60), rng.normal(104, 1, 60)]
+    assert least_squares_change_points(step, penalty=6.0) == [60]
+    assert least_squares_change_points(rng.normal(100, 1, 300), penalty=6.0) == []
+
+
+def test_permutation_mode_with_its_own_count_is_otavas_function(otava: OtavaReference) -> None:
+    """The worker's permutation detector, given Otava's own 100 permutations, finds what
+    compute_change_points_orig finds; with 999 it can show p <= 0.001 and finds a clear step."""
+    rng = np.random.default_rng(5)
+    values = [float(v) for v in np.r_[rng.normal(10, 1, 40), rng.normal(13, 1, 40)]]
+    plain = otava.change_points_orig(values, seed=3)
+    assert otava.change_points_orig(values, seed=3, permutations=100) == plain
+    assert otava.change_points_orig(values, seed=3, permutations=999, max_pvalue=0.001) == [40]

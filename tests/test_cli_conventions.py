@@ -374,6 +374,27 @@ def test_profile_with_a_failing_test_is_exit_status_1(tmp_path: Path) -> None:
     assert output.exists()  # the passing test's profile is still written
 
 
+@pytest.mark.parametrize(
+    ("option", "hint"),
+    [
+        ("--publsh", "; perfwatch profile has no option --publsh: did you mean --publish?"),
+        # pytest's own option, refused for another reason (no such file): no hint
+        (f"--rootdir={Path.cwd()}", ""),
+    ],
+)
+def test_profile_says_which_of_its_options_a_mistyped_one_pytest_refused_meant(
+    tmp_path: Path, option: str, hint: str
+) -> None:
+    output = tmp_path / "inputs.json"
+    missing = tmp_path / "no_such_tests.py" if hint == "" else tmp_path
+    result = _invoke("profile", "-o", str(output), option, "--", str(missing))
+    assert result.exit_code == 2, result.output
+    assert _error_line(result.stderr, "profile").endswith(
+        f"pytest exited with status 4 (a usage error in the pytest arguments) and profiled "
+        f"no test; {output} was not written{hint}"
+    )
+
+
 def test_profile_of_a_suite_that_does_not_import_is_bad_input_not_ctrl_c(tmp_path: Path) -> None:
     (tmp_path / "test_suite.py").write_text("import not_installed_anywhere\n")
     result = _invoke(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +27,7 @@ from perfwatch.cli.flags import (
 from perfwatch.cli.options import broker_options, load_command_config, records_topic_option
 from perfwatch.cli.publish import parse_attributes
 from perfwatch.profiler.alternate import (
+    PYTEST_USAGE_ERROR,
     Alternation,
     AlternationError,
     Version,
@@ -263,7 +267,10 @@ def profile(
     status = subprocess.run(pytest_command(sys.executable, arguments), check=False).returncode
     written = output.exists() and datetime.fromtimestamp(output.stat().st_mtime, UTC) >= started
     if not written:
-        raise InputError(f"{pytest_exit(status)} and profiled no test; {output} was not written")
+        raise InputError(
+            f"{pytest_exit(status)} and profiled no test; {output} was not written"
+            + _mistyped_option_hint(status, pytest_args)
+        )
     profile_file = _read_profiles(output)
     if reference_file is not None and profile_file.kind != "update_sample":
         raise click.UsageError(f"--reference needs an update sample; {output} is a full suite")
@@ -349,3 +356,28 @@ def _publish(partial: dict[str, Any], explicit: Identity, config: Config) -> Non
     if problems:
         raise InputError(f"the record to publish is invalid: {problems[0]}")
     send_records([(record, record_label(record, "input profiles"))], config)
+
+
+def _mistyped_option_hint(status: int, pytest_args: Sequence[str]) -> str:
+    """Options profile does not know go to pytest, which refuses a mistyped one of
+    profile's with its own usage error: say which option was probably meant (never for
+    an option pytest's help lists, which pytest refused for another reason)."""
+    if status != PYTEST_USAGE_ERROR:
+        return ""
+    own = [name for parameter in profile.params for name in parameter.opts if name.startswith("--")]
+    pytest_help: str | None = None
+    for argument in pytest_args:
+        name = argument.split("=", 1)[0]
+        close = difflib.get_close_matches(name, own, n=1) if name.startswith("--") else []
+        if not close:
+            continue
+        if pytest_help is None:
+            pytest_help = subprocess.run(
+                pytest_command(sys.executable, ["--help"]),
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+        if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", pytest_help):
+            return f"; perfwatch profile has no option {name}: did you mean {close[0]}?"
+    return ""

@@ -40,10 +40,11 @@ from perfwatch.readers.input_profile import InputProfileFile, read_input_profile
 
 # What pytest's exit statuses above 1 (some test failed) mean; Ctrl-C reaches perfwatch
 # too, which then stops as interrupted, so a 2 seen here is mostly a collection error.
+PYTEST_USAGE_ERROR = 4
 PYTEST_STATUSES = {
     2: "errors while collecting the tests, or interrupted",
     3: "an internal error",
-    4: "a usage error in the pytest arguments",
+    PYTEST_USAGE_ERROR: "a usage error in the pytest arguments",
     5: "no test was collected",
 }
 

@@ -450,6 +450,10 @@ def test_demo_finds_the_scripted_changes(tmp_path: Path) -> None:
     assert f"perfwatch serve --store {store_url} --embedded-dir {broker}\n" in next_steps
     assert f"perfwatch publish --embedded-dir {broker} results.json\n" in next_steps
     assert "perfwatch demo --keep" not in next_steps
+    # the same folder again would replay old news into the kept store: refused, naming it
+    again = CliRunner().invoke(main, ["demo", "--keep", str(tmp_path)])
+    assert again.exit_code == 2, again.output
+    assert f"{tmp_path} already holds a demo's state" in again.stderr
 
 
 def test_demo_keep_in_a_folder_it_cannot_make_is_a_usage_error(tmp_path: Path) -> None:

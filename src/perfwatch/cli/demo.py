@@ -26,6 +26,7 @@ WATCH_SUBSCRIPTION = "perfwatch-demo-watch"
 # A believed change point within this many runs of a scripted one is that one.
 MATCH_DISTANCE = 3
 SETTLE_TIMEOUT_S = 120.0
+STORE_FILE = "state.db"  # in the demo's folder
 
 _KIND_LABELS = {
     "change_point.detected": "DETECTED ",
@@ -94,6 +95,13 @@ def demo(runs: int, seed: int, keep: Path | None) -> None:
         history = demo_history(runs, seed)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--runs") from None
+    if keep is not None and (keep / STORE_FILE).exists():
+        raise click.BadParameter(
+            f"{keep} already holds a demo's state ({keep / STORE_FILE}): the demo replays its "
+            "history into a new store, so its records would all be old news there; remove "
+            "the folder or give another",
+            param_hint="--keep",
+        )
     with ExitStack() as stack:
         folder = keep or Path(stack.enter_context(tempfile.TemporaryDirectory("-perfwatch-demo")))
         try:
@@ -118,7 +126,7 @@ def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
     base = Config()
     config = base.model_copy(
         update={
-            "store": base.store.model_copy(update={"url": f"sqlite:///{folder / 'state.db'}"}),
+            "store": base.store.model_copy(update={"url": f"sqlite:///{folder / STORE_FILE}"}),
             "consumer": base.consumer.model_copy(update={"name": "perfwatch-demo"}),
         }
     )
@@ -343,7 +351,7 @@ def _next_steps(folder: Path, *, kept: bool) -> None:
     with the kept broker, so the dashboard follows the demo's verdicts, not another
     broker's."""
     keep = folder if kept else Path("perfwatch-demo").resolve()
-    state = f"--store sqlite:///{keep / 'state.db'} --embedded-dir {keep / 'broker'}"
+    state = f"--store sqlite:///{keep / STORE_FILE} --embedded-dir {keep / 'broker'}"
     steps = [
         (
             "Keep the state (SQLite store and broker topics) in a folder:",

@@ -14,11 +14,16 @@ from pathlib import Path
 
 import click
 
-from perfwatch.cli.errors import InputError, ServiceUnavailable, check_port_free
+from perfwatch.cli.errors import (
+    InputError,
+    ServiceUnavailable,
+    SuggestingGroup,
+    check_port_free,
+)
 from perfwatch.cli.signals import StopRequest, stop_on_signals
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def dev() -> None:
     """Run a local Pulsar broker for development and tests."""
 

@@ -19,6 +19,7 @@ message and status above, once for every command.
 
 from __future__ import annotations
 
+import difflib
 import errno
 import os
 import socket
@@ -122,7 +123,22 @@ def _interrupted(error: BaseException) -> bool:
     return pulsar is not None and isinstance(error, pulsar.Interrupted)
 
 
-class CommandLineGroup(click.Group):
+class SuggestingGroup(click.Group):
+    """A group that answers a mistyped command with the closest one, alike on every click
+    version perfwatch supports (click suggests from 8.4 on, among the commands it loaded)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            if close:
+                raise click.UsageError(f"No such command {name!r}. Did you mean {close[0]!r}?", ctx)
+        return super().resolve_command(ctx, args)
+
+
+class CommandLineGroup(SuggestingGroup):
     """A click group whose `main` applies the failure convention to every command."""
 
     def main(

@@ -7,7 +7,6 @@ Each verb lives in its own module and is imported only when it is invoked, so
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from dataclasses import dataclass
 
@@ -81,17 +80,6 @@ class LazyGroup(CommandLineGroup):
             return None
         module_name, attribute = entry.target.split(":")
         return getattr(importlib.import_module(module_name), attribute)
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        # click suggests among the commands it has loaded, and this group loads none ahead
-        name = args[0] if args else ""
-        if name and name not in COMMANDS and not name.startswith("-"):
-            close = difflib.get_close_matches(name, list(COMMANDS), n=1)
-            if close:
-                raise click.UsageError(f"No such command {name!r}. Did you mean {close[0]!r}?", ctx)
-        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # click's own version loads every command for its short help; the summaries do not.

@@ -294,3 +294,16 @@ def test_dev_embedded_stopped_while_starting_leaves_no_broker(
         _, stderr = _ended(command, received)
     _assert_stopped_by_the_convention(command, stderr, status, tmp_path)
     assert not broker.is_running()
+
+
+def test_demo_interrupted_while_the_processor_runs_ends_quietly(tmp_path: Path) -> None:
+    """Ctrl-C with the processor mid-run: it stops and closes its producers before the
+    client closes, so neither it nor the Pulsar client logs an error on the way out."""
+    command = _started(["demo", "--keep", str(tmp_path / "demo")], tmp_path)
+    try:
+        assert command.stdout is not None
+        _lines_until(command.stdout, "Verdicts as the processor publishes them")
+    finally:
+        _, stderr = _ended(command, signal.SIGINT)
+    _assert_stopped_by_the_convention(command, stderr, 130, tmp_path)
+    assert "ERROR" not in stderr and "AlreadyClosed" not in stderr, stderr

@@ -27,6 +27,7 @@ WATCH_SUBSCRIPTION = "perfwatch-demo-watch"
 MATCH_DISTANCE = 3
 SETTLE_TIMEOUT_S = 120.0
 STORE_FILE = "state.db"  # in the demo's folder
+BROKER_FOLDER = "broker"  # the embedded broker's data, in the demo's folder
 
 _KIND_LABELS = {
     "change_point.detected": "DETECTED ",
@@ -143,7 +144,7 @@ def _run_demo(history: DemoHistory, folder: Path, *, kept: bool) -> None:
     started = time.monotonic()
     with ExitStack() as resources:
         with _step("starting the embedded broker"):
-            handle = resources.enter_context(open_broker(None, data_dir=folder / "broker"))
+            handle = resources.enter_context(open_broker(None, data_dir=folder / BROKER_FOLDER))
         store = resources.enter_context(open_store(config.store.url))
         client = make_client(handle)
         try:
@@ -351,7 +352,8 @@ def _next_steps(folder: Path, *, kept: bool) -> None:
     with the kept broker, so the dashboard follows the demo's verdicts, not another
     broker's."""
     keep = folder if kept else Path("perfwatch-demo").resolve()
-    state = f"--store sqlite:///{keep / STORE_FILE} --embedded-dir {keep / 'broker'}"
+    broker = keep / BROKER_FOLDER
+    state = f"--store sqlite:///{keep / STORE_FILE} --embedded-dir {broker}"
     steps = [
         (
             "Keep the state (SQLite store and broker topics) in a folder:",
@@ -366,7 +368,7 @@ def _next_steps(folder: Path, *, kept: bool) -> None:
             "from another terminal:",
             [
                 f"perfwatch serve {state}",
-                f"perfwatch publish --embedded-dir {keep / 'broker'} results.json",
+                f"perfwatch publish --embedded-dir {broker} results.json",
             ],
         ),
         ("Or analyse result files offline, without a broker:", ["perfwatch analyze results.csv"]),

@@ -33,9 +33,9 @@ def read_records(path: str | Path) -> Iterator[SourcedRecord]:
     """Every record of a file, in file order; SourceError at the first bad one."""
     path = Path(path)
     data = read_source(path)
-    utf8_text(data, path)  # a byte that is not UTF-8 is located as every reader locates it
+    text = utf8_text(data, path)  # a byte that is not UTF-8 is located as every reader does
     if path.suffix.lower() == ".json" or data.lstrip()[:1] == b"[":
-        yield from _read_document(data, str(path))
+        yield from _read_document(data, text, str(path))
         return
     for number, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
@@ -57,7 +57,7 @@ def _located(error: RecordError, source: str, line: int) -> SourceError:
     )
 
 
-def _read_document(data: bytes, source: str) -> Iterator[SourcedRecord]:
+def _read_document(data: bytes, text: str, source: str) -> Iterator[SourcedRecord]:
     try:
         doc = loads(data)
     except RecordError as error:
@@ -68,7 +68,7 @@ def _read_document(data: bytes, source: str) -> Iterator[SourcedRecord]:
         except RecordError as error:
             raise SourceError(source, str(error), line=1, column=1) from None
         return
-    starts = _array_element_starts(data.decode("utf-8"))
+    starts = _array_element_starts(text)
     for index, (item, (line, column)) in enumerate(zip(doc, starts, strict=True)):
         try:
             record = Record.from_json(item)

@@ -264,12 +264,11 @@ class HistoryRunner:
 
     def __init__(self, methods: Methods) -> None:
         self._otava = OtavaReference()
-        otava = self._otava
         self._detectors: dict[str, Detector] = {
             name: perfwatch_detector(EDivisiveParams(**settings))
             for name, settings in methods.perfwatch.items()
         }
-        self._detectors[OTAVA] = lambda h: [c["index"] for c in otava.change_points(h.values)]
+        self._detectors[OTAVA] = self._otava_with({})
         for name, options in methods.otava.items():
             self._detectors[name] = self._otava_with(options)
         for name, penalty in methods.least_squares.items():
@@ -317,10 +316,10 @@ def _run_in_worker(history: History, with_orig: bool) -> Findings:
 
 
 def all_findings(
-    methods: Methods, todo: list[History], orig_seeds: range, orig_groups: Sequence[str], jobs: int
+    methods: Methods, todo: list[History], with_orig: list[bool], jobs: int
 ) -> Iterator[Findings]:
-    """Each history's findings, in the order of ``todo``, over ``jobs`` processes."""
-    with_orig = [history.seed in orig_seeds and history.group in orig_groups for history in todo]
+    """Each history's findings, in the order of ``todo`` (the permutation mode's too where
+    ``with_orig`` says), over ``jobs`` processes."""
     if jobs == 1:
         runner = HistoryRunner(methods)
         try:
@@ -350,8 +349,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     seconds = dict.fromkeys([*names, *methods.orig], 0.0)
     compat_differs = 0
     todo = list(histories(GROUPS, seeds))
-    for history, findings in zip(
-        todo, all_findings(methods, todo, orig_seeds, orig_groups, args.jobs), strict=True
+    with_orig = [h.seed in orig_seeds and h.group in orig_groups for h in todo]
+    for history, in_orig_subset, findings in zip(
+        todo, with_orig, all_findings(methods, todo, with_orig, args.jobs), strict=True
     ):
         compat_differs += findings.compat_differs
         for name, found in findings.found.items():
@@ -360,7 +360,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 tallies[(name, history.group)].add(history, found, args.margin)
                 if history.group in ("mixed", "steps"):
                     family_tallies[(name, history.noise)].add(history, found, args.margin)
-            if history.seed in orig_seeds and history.group in orig_groups:
+            if in_orig_subset:
                 orig_tallies[(name, history.group)].add(history, found, args.margin)
     return {
         "seeds": args.seeds,

@@ -133,7 +133,10 @@ class BrokerConfig(Section):
         unset="$XDG_DATA_HOME/perfwatch/embedded",
     )
     admin_url: OptionalStr = setting(
-        None, "Pulsar admin URL (turns on verdict deduplication).", unset="none"
+        None,
+        "Pulsar admin URL: `serve` turns on verdict deduplication and sets retention on "
+        "its topics through it, `forward` retention on its topic of undeliverable verdicts.",
+        unset="none",
     )
     auth_token: OptionalStr = setting(
         None,
@@ -184,13 +187,14 @@ class TopicsConfig(Section):
     )
     retention_minutes: int = setting(
         40_320,
-        "Minutes the broker keeps verdicts and dead letters (-1: forever; `serve` sets it "
-        "on both topics through the admin URL).",
+        "Minutes the broker keeps verdicts and dead letters (-1: forever; set through the "
+        "admin URL by `serve` on its verdicts and dead-letter topics, by `forward` on its "
+        "topic of undeliverable verdicts).",
         ge=-1,
     )
     retention_mb: int = setting(
         4096,
-        "Megabytes of verdicts, and as many of dead letters, the broker keeps (-1: no limit).",
+        "Megabytes the broker keeps on each of those topics (-1: no limit).",
         ge=-1,
     )
 

@@ -17,6 +17,7 @@ import pulsar
 import pytest
 from click.testing import CliRunner, Result
 
+from _processor_support import wait_until
 from _verdict_samples import INCIDENT_COMMIT, IncidentStream, verdict
 from perfwatch.adapters.alert_groups import AlertGroups
 from perfwatch.adapters.verdict_feed import VerdictFilter, summary_fields
@@ -27,6 +28,7 @@ from perfwatch.adapters.webhook import (
     forward_verdicts,
     slack_payload,
 )
+from perfwatch.brokers.admin import admin_request
 from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.cli.main import main
 from perfwatch.contract.codec import dumps
@@ -599,3 +601,45 @@ def test_sigterm_during_a_back_off_stops_at_once_and_the_verdict_comes_again(
         assert again.data() == payload
     finally:
         client.close()
+
+
+def test_the_undeliverable_topic_gets_the_retention_serve_gives_its_topics(
+    pulsar_broker: BrokerHandle, unique_topic: Callable[[str], str], webhook_factory: Callable
+) -> None:
+    """Without retention the broker may delete the undeliverable verdicts nobody
+    subscribes to: with --admin-url forward sets it, without one it says so, and a
+    broker that refuses the call is named in a warning that forwarding goes on despite."""
+    topic = unique_topic("verdicts")
+    undeliverable = f"{topic}-perfwatch-forward-DLQ"
+    command = ["forward", "--webhook", webhook_factory({}).url, "--idle-timeout", "0.5"]
+    command += ["--pulsar-url", pulsar_broker.service_url, "--verdicts-topic", topic]
+
+    without = CliRunner().invoke(main, command)
+    assert without.exit_code == 0, without.output
+    assert (
+        f"perfwatch forward: warning: no --admin-url: {undeliverable} keeps undeliverable "
+        "verdicts only as long as its namespace's retention says"
+    ) in without.stderr
+
+    assert pulsar_broker.admin_url is not None
+    retention = ["--retention-minutes", "90", "--retention-mb", "7"]
+    kept = CliRunner().invoke(main, [*command, "--admin-url", pulsar_broker.admin_url, *retention])
+    assert kept.exit_code == 0, kept.output
+    assert "warning" not in kept.stderr
+    wanted = {"retentionTimeInMinutes": 90, "retentionSizeInMB": 7}
+    wait_until(lambda: _applied_retention(pulsar_broker, undeliverable) == wanted, 30, "retention")
+
+    refused = CliRunner().invoke(main, [*command, "--admin-url", "http://127.0.0.1:9"])
+    assert refused.exit_code == 0, refused.output
+    assert (
+        f"perfwatch forward: warning: {undeliverable}: could not create the topic; its "
+        "policies cannot be set before it exists (no answer: "
+    ) in refused.stderr
+
+
+def _applied_retention(broker: BrokerHandle, topic: str) -> object:
+    assert broker.admin_url is not None
+    path = "/admin/v2/" + topic.replace("://", "/", 1) + "/retention?applied=true"
+    status, body = admin_request(broker.admin_url, "GET", path)
+    assert status == 200, (path, status, body)
+    return orjson.loads(body)

@@ -298,6 +298,7 @@ def test_replay_as_json_passes_documents_through(
     everything = CliRunner().invoke(main, base)
     assert everything.exit_code == 0, everything.output
     assert everything.stdout_bytes.splitlines() == payloads
+    assert "perfwatch watch: warning: message " in everything.stderr
     assert "not JSON" in everything.stderr
 
     regressions = CliRunner().invoke(
@@ -513,7 +514,8 @@ def test_a_kind_filter_that_leaves_out_the_incidents_alerts_says_so(
     unreachable = ["--pulsar-url", "pulsar://127.0.0.1:1", "--connect-timeout", "0.1"]
     result = CliRunner().invoke(main, [*arguments, *unreachable])
     assert result.exit_code == 3, result.stderr
+    command = " ".join(arguments[:1])
     assert (
-        "warning: a confirmed finding of a series with commits alerts through its "
-        "incident" in result.stderr
+        f"perfwatch {command}: warning: a confirmed finding of a series with commits alerts "
+        "through its incident" in result.stderr
     ) is warned

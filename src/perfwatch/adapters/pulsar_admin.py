@@ -1,4 +1,4 @@
-"""Calls to the Pulsar admin REST API that the processor makes at start.
+"""Calls to the Pulsar admin REST API that the processor and `forward` make at start.
 
 Topic policies apply to a topic that exists (the broker answers 404 for one
 that does not, and a topic created by the first producer comes too late), so
@@ -6,12 +6,18 @@ the topics are created first. On the verdicts topic: deduplication, and on it
 and the dead-letter topic: retention, so that what the processor published is
 still there for a reader that comes later (without a retention policy and
 without a subscription the broker may delete a message as soon as its ledger
-is closed).
+is closed). `forward` sets the same retention on its topic of undeliverable
+verdicts.
+
+A call that fails is reported, not raised: the commands work without these
+policies, with the risks each report names. The processor logs the report;
+a command may take it with `on_failure`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -21,6 +27,14 @@ from perfwatch.config import TopicsConfig
 log = logging.getLogger("perfwatch.processor")
 
 _ADMIN_TIMEOUT_S = 10.0
+
+FailureReport = Callable[[str, dict[str, Any]], None]
+"""Takes what failed and its consequence, and the details: topic, HTTP status
+(0: no answer) and the broker's answer."""
+
+
+def _log_failure(message: str, details: dict[str, Any]) -> None:
+    log.warning(message, extra=details)
 
 
 def _topic_path(topic: str) -> str:
@@ -46,23 +60,40 @@ def _call(
     return response.status_code, response.text
 
 
-def _succeeded(status: int, answer: str, what: str, topic: str, consequence: str) -> bool:
+def _succeeded(
+    status: int,
+    answer: str,
+    what: str,
+    topic: str,
+    consequence: str,
+    on_failure: FailureReport,
+) -> bool:
     if status in (200, 204):
         return True
-    log.warning(
+    on_failure(
         f"could not {what}; {consequence}",
-        extra={"topic": topic, "status": status, "answer": answer[:200]},
+        {"topic": topic, "status": status, "answer": answer[:200]},
     )
     return False
 
 
-def create_topic(admin_url: str, topic: str, auth_token: str | None = None) -> bool:
+def create_topic(
+    admin_url: str,
+    topic: str,
+    auth_token: str | None = None,
+    on_failure: FailureReport = _log_failure,
+) -> bool:
     """Create the (non-partitioned) topic unless it exists; True when it exists now."""
     status, answer = _call(admin_url, "PUT", _topic_path(topic), auth_token)
     if status == 409:  # there already, possibly partitioned: its policies apply the same
         return True
     return _succeeded(
-        status, answer, "create the topic", topic, "its policies cannot be set before it exists"
+        status,
+        answer,
+        "create the topic",
+        topic,
+        "its policies cannot be set before it exists",
+        on_failure,
     )
 
 
@@ -84,15 +115,21 @@ def enable_verdict_deduplication(admin_url: str, topic: str, auth_token: str | N
         "enable deduplication on the verdicts topic",
         topic,
         "the outbox read-back still prevents duplicates after a processor crash",
+        _log_failure,
     )
 
 
 def set_retention(
-    admin_url: str, topic: str, minutes: int, megabytes: int, auth_token: str | None = None
+    admin_url: str,
+    topic: str,
+    minutes: int,
+    megabytes: int,
+    auth_token: str | None = None,
+    on_failure: FailureReport = _log_failure,
 ) -> bool:
     """Create the topic if needed and keep its messages for `minutes` and up to
     `megabytes` (-1: no limit) after they are consumed or when none consumes them."""
-    if not create_topic(admin_url, topic, auth_token):
+    if not create_topic(admin_url, topic, auth_token, on_failure):
         return False
     status, answer = _call(
         admin_url,
@@ -108,6 +145,7 @@ def set_retention(
         topic,
         "the namespace's retention applies (none by default: messages nobody subscribes "
         "to may be deleted)",
+        on_failure,
     )
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import click
 import orjson
 
 from perfwatch.adapters.alert_groups import AlertGroups
+from perfwatch.adapters.pulsar_admin import set_retention
 from perfwatch.adapters.verdict_feed import receive_polls, summary_fields
 from perfwatch.adapters.webhook import (
     DEFAULT_TEMPLATE,
@@ -20,15 +21,18 @@ from perfwatch.adapters.webhook import (
     check_template,
     forward_verdicts,
 )
-from perfwatch.cli.broker import connected_client, sole_embedded_consumer
-from perfwatch.cli.errors import InputError
+from perfwatch.cli.broker import connected_broker, sole_embedded_consumer
+from perfwatch.cli.errors import InputError, report
 from perfwatch.cli.flags import FiniteFloatRange, NonBlankText
+from perfwatch.cli.options import setting_option
 from perfwatch.cli.signals import stop_on_signals
 from perfwatch.cli.watch import VerdictSource, verdict_source_options
-from perfwatch.config import same_topic
+from perfwatch.config import Config, same_topic
 
 if TYPE_CHECKING:
     import pulsar
+
+    from perfwatch.brokers.handle import BrokerHandle
 
 
 @click.command("forward")
@@ -104,6 +108,9 @@ if TYPE_CHECKING:
     help="Seconds between two messages of one incident: later changes are batched, and "
     "posted only if it has at least doubled or emptied since the last message.",
 )
+@setting_option("broker.admin_url", "--admin-url", metavar="URL")
+@setting_option("topics.retention_minutes", "--retention-minutes", metavar="MINUTES")
+@setting_option("topics.retention_mb", "--retention-mb", metavar="MB")
 @verdict_source_options(alerts_only=True)
 def forward(
     source: VerdictSource,
@@ -136,7 +143,8 @@ def forward(
     a message still refused after --max-attempts tries (or refused with a 4xx
     other than 408/429) sends its verdicts to the dead-letter topic with the
     reason in their properties. A forwarder stopped while it holds a group gets
-    its verdicts again when restarted.
+    its verdicts again when restarted. With --admin-url that topic gets the
+    retention `serve` gives its own (--retention-minutes, --retention-mb).
     """
     if not _is_http_url(webhook):
         # found now rather than when every verdict has been dead-lettered by it
@@ -167,8 +175,9 @@ def forward(
         sole_embedded_consumer(
             source.config, topic=source.topic, subscription=subscription, command="forward"
         ),
-        connected_client(source.config, topic=source.topic) as client,
+        connected_broker(source.config, topic=source.topic) as (handle, client),
     ):
+        _keep_undeliverable(handle, source.config, undeliverable_topic)
         consumer = client.subscribe(
             source.topic,
             subscription,
@@ -217,6 +226,35 @@ def forward(
                 "unacknowledged, delivered again when forwarding resumes"
             )
         click.echo(summary, err=True)
+
+
+def _keep_undeliverable(handle: BrokerHandle, config: Config, topic: str) -> None:
+    """Retention on the topic of undeliverable verdicts, so that they stay there for
+    whoever reads them later: without it the broker may delete the messages of a topic
+    nobody subscribes to."""
+    if handle.kind == "embedded":  # deletes nothing
+        return
+    if handle.admin_url is None:
+        report(
+            f"no --admin-url: {topic} keeps undeliverable verdicts only as long as its "
+            "namespace's retention says",
+            level="warning",
+        )
+        return
+
+    def warn(message: str, details: dict[str, Any]) -> None:
+        answer = f"HTTP {details['status']}" if details["status"] else "no answer"
+        report(f"{topic}: {message} ({answer}: {details['answer']})", level="warning")
+
+    topics = config.topics
+    set_retention(
+        handle.admin_url,
+        topic,
+        topics.retention_minutes,
+        topics.retention_mb,
+        config.broker.auth_token,
+        on_failure=warn,
+    )
 
 
 def _verdict_name(message: pulsar.Message) -> str:

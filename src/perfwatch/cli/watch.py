@@ -24,6 +24,7 @@ from perfwatch.adapters.verdict_feed import (
     unknown_kind_error,
 )
 from perfwatch.cli.broker import connected_client, sole_embedded_consumer
+from perfwatch.cli.errors import report
 from perfwatch.cli.flags import FiniteFloatRange, NonBlankText, output_format_option
 from perfwatch.cli.options import broker_options, load_command_config, verdicts_topic_option
 from perfwatch.cli.signals import stop_on_signals
@@ -191,11 +192,11 @@ def _build_filter(
             raise click.BadParameter(error, param_hint="--kind")
     chosen_families = {kind.partition(".")[0] for kind in kinds}
     if alerts_only and "change_point" in chosen_families and "incident" not in chosen_families:
-        click.echo(
-            "warning: a confirmed finding of a series with commits alerts through its "
+        report(
+            "a confirmed finding of a series with commits alerts through its "
             "incident (incident.opened, incident.updated), which --kind leaves out: add "
             "--kind incident, or --all-events for the change points' own verdicts",
-            err=True,
+            level="warning",
         )
     try:
         since_time = None if since is None else parse_since(since, datetime.now(UTC))
@@ -209,10 +210,10 @@ def decode_verdict(message: pulsar.Message) -> dict[str, Any] | None:
     try:
         verdict = orjson.loads(message.data())
     except orjson.JSONDecodeError as error:
-        click.echo(f"warning: message {message.message_id()}: not JSON: {error}", err=True)
+        report(f"message {message.message_id()}: not JSON: {error}", level="warning")
         return None
     if not isinstance(verdict, dict):
-        click.echo(f"warning: message {message.message_id()}: not a verdict object", err=True)
+        report(f"message {message.message_id()}: not a verdict object", level="warning")
         return None
     return verdict
 

@@ -213,10 +213,10 @@ class TopicsConfig(Section):
 
 def same_topic(first: str, second: str) -> bool:
     """Whether two names are one topic, once Pulsar completes the short ones."""
-    return _full_topic_name(first) == _full_topic_name(second)
+    return full_topic_name(first) == full_topic_name(second)
 
 
-def _full_topic_name(topic: str) -> str:
+def full_topic_name(topic: str) -> str:
     """`name` -> `persistent://public/default/name`, `tenant/ns/name` -> `persistent://...`."""
     if "://" in topic:
         return topic

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from perfwatch.config import TopicsConfig
+from perfwatch.config import TopicsConfig, full_topic_name
 
 log = logging.getLogger("perfwatch.processor")
 
@@ -38,8 +38,9 @@ def _log_failure(message: str, details: dict[str, Any]) -> None:
 
 
 def _topic_path(topic: str) -> str:
-    """`persistent://tenant/namespace/name` -> `/admin/v2/persistent/tenant/namespace/name`."""
-    return "/admin/v2/" + topic.replace("://", "/", 1)
+    """`persistent://tenant/namespace/name` -> `/admin/v2/persistent/tenant/namespace/name`,
+    the short forms Pulsar accepts (`name`, `tenant/namespace/name`) completed first."""
+    return "/admin/v2/" + full_topic_name(topic).replace("://", "/", 1)
 
 
 def _call(

@@ -18,9 +18,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import orjson
 import pytest
 import uvicorn
 
+from _processor_support import wait_until
 from perfwatch.adapters.publisher import Publisher
 from perfwatch.adapters.pulsar import pulsar_processor
 from perfwatch.brokers.handle import BrokerHandle, make_client
@@ -142,14 +142,6 @@ def step_records(test: str, runs: int, step_at: int) -> list[dict[str, Any]]:
         }
         for i in range(runs)
     ]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 class Pipeline:

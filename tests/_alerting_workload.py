@@ -290,7 +290,7 @@ def run_through_stack(
             process = subprocess.Popen(
                 [
                     *(sys.executable, "-c", "from perfwatch.cli.main import main; main()"),
-                    *("forward", "--config", str(config), *broker_args[:2]),
+                    *("forward", "--config", str(config), *broker_args),
                     *("--verdicts-topic", topics["verdicts"], "--from-earliest"),
                     *("--subscription", f"forward-{tag}{forwarder.path.replace('/', '-')}"),
                     *("--webhook", receiver.url + forwarder.path, "--payload", "raw"),

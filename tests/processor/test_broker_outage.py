@@ -259,6 +259,38 @@ def test_recovery_at_start_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     assert recovered["left_for_later"] == 0
 
 
+def test_a_lost_connection_is_logged_and_counted_once_and_its_return_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Pulsar's client reconnects by itself, receiving nothing and raising nothing
+    meanwhile: without a look at the connection an outage would pass unsaid."""
+    messages, _ = history(tests=1, metrics=1, runs=10, seed=5)
+    with ports(messages, batch_size=len(messages)) as p:
+        processor = p.processor(config())
+        sample = processor.metrics.registry.get_sample_value
+        assert sample("perfwatch_broker_connected") == 0
+        processor.start()
+        assert sample("perfwatch_broker_connected") == 1
+        caplog.set_level(logging.INFO, logger="perfwatch")
+        p.records.reconnecting = True
+        assert processor.poll_once() == 0
+        assert processor.poll_once() == 0
+        assert sample("perfwatch_broker_connected") == 0
+        assert sample("perfwatch_broker_failures_total") == 1
+        p.records.reconnecting = False
+        assert processor.poll_once() == len(messages)
+        assert sample("perfwatch_broker_connected") == 1
+        processor.close()
+        assert sample("perfwatch_broker_connected") == 0
+    said = [r for r in caplog.records if "connection to the broker" in r.getMessage()]
+    assert [r.getMessage() for r in said] == [
+        "the connection to the broker was lost; the client reconnects",
+        "the connection to the broker is back",
+    ]
+    assert said[0].levelno == logging.ERROR
+    assert said[1].__dict__["outage_s"] >= 0
+
+
 def test_a_run_id_sent_again_with_other_values_is_dead_lettered_as_a_conflict() -> None:
     first = record_bytes("api", 1, {"p99": 100.0, "p50": 50.0})
     copy = record_bytes("api", 1, {"p99": 100.0, "p50": 50.0})

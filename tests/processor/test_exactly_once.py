@@ -94,6 +94,9 @@ class CrashingSource:
         )
         return batch
 
+    def connected(self) -> bool:
+        return self._source.connected()
+
     def acknowledge(self, message: InboundMessage) -> None:
         self._switch.call("source.ack", self._source.acknowledge, message)
 

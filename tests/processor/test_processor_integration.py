@@ -9,6 +9,7 @@ processor committed them, which replayed arrive at the same change points.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 import orjson
 import pulsar
 import pytest
+from click.testing import CliRunner
 
 from _processor_support import (
     ServeProcess,
@@ -47,6 +49,7 @@ from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication, prepar
 from perfwatch.brokers import open_broker
 from perfwatch.brokers.admin import admin_request
 from perfwatch.brokers.handle import BrokerHandle, make_client
+from perfwatch.cli.main import main
 from perfwatch.config import TopicsConfig
 from perfwatch.state import StateStore, open_store
 
@@ -228,6 +231,44 @@ def test_broker_restart_mid_stream(
         check_outcome(store, broker, topics["verdicts"], series)
 
 
+def test_an_idle_processor_says_when_the_broker_goes_and_when_it_is_back(
+    pulsar_jars: Path,
+    tmp_path: Path,
+    unique_topic: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Waiting for records, the processor gets no error from the client while it
+    reconnects: the restart is said in two lines (and on /metrics), not passed over."""
+    from perfwatch.brokers.standalone import PulsarStandalone
+
+    caplog.set_level(logging.INFO, logger="perfwatch")
+    topics = unique_topics(unique_topic)
+    messages, _ = history(tests=1, metrics=1, runs=20, seed=7)
+    with (
+        PulsarStandalone(
+            lib_dir=pulsar_jars, data_dir=tmp_path / "pulsar", config_overrides=PROMPT_CLEAN_UP
+        ) as standalone,
+        open_store(f"sqlite:///{tmp_path / 'state.db'}") as store,
+    ):
+        broker = BrokerHandle(standalone.service_url, standalone.admin_url, "standalone")
+        client = make_client(broker)
+        try:
+            config = processor_config(store.url, topics)
+            with running_processor(config, store, client, broker) as runner:
+                connected = runner.metrics.registry.get_sample_value
+                runner.wait_until(lambda: connected("perfwatch_broker_connected") == 1, "start")
+                standalone.restart(kill=True)
+                publish(client, topics["records"], messages)
+                runner.wait_until(lambda: stored_points(store) == len(messages), "the records")
+        finally:
+            client.close()
+    said = [r.getMessage() for r in caplog.records if "connection to the broker" in r.getMessage()]
+    assert said == [
+        "the connection to the broker was lost; the client reconnects",
+        "the connection to the broker is back",
+    ]
+
+
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     yield from fresh_postgres_schema()
@@ -396,3 +437,41 @@ def test_a_new_state_store_under_an_old_processor_name_still_publishes(
             assert on_topic == published, f"{attempt} store: verdicts dropped as duplicates"
     finally:
         client.close()
+
+
+def test_a_topic_in_a_namespace_that_does_not_exist_is_a_usage_error(
+    pulsar_broker: BrokerHandle, tmp_path: Path, unique_topic: Callable[[str], str]
+) -> None:
+    """Neither a broker failure to wait out nor one to report as unreachable: serve and
+    publish end at once with exit status 2, naming the topic and what to check."""
+    topics = unique_topics(unique_topic)
+    missing = f"persistent://public/missing-{uuid.uuid4().hex[:8]}/verdicts"
+    (tmp_path / "perfwatch.toml").write_text("")
+    arguments = serve_arguments(
+        pulsar_broker, {**topics, "verdicts": missing}, "s", f"sqlite:///{tmp_path / 's.db'}"
+    )
+    config = ["--config", str(tmp_path / "perfwatch.toml"), "--name", "perfwatch-test"]
+    served = ServeProcess([*config, *arguments], tmp_path / "serve.log").start()
+    assert served.process is not None
+    try:
+        assert served.process.wait(120) == 2, served.log()
+    finally:
+        served.kill_if_running()
+    assert (
+        f"perfwatch serve: error: opening the verdict producer 'perfwatch-test' on {missing}: "
+        "the broker has no such topic and does not create it; check that its tenant and "
+        "namespace exist"
+    ) in served.log()
+
+    records = tmp_path / "records.jsonl"
+    records.write_bytes(history(tests=1, metrics=1, runs=2, seed=1)[0][0][1] + b"\n")
+    published = CliRunner().invoke(
+        main,
+        ["publish", str(records), "--pulsar-url", pulsar_broker.service_url,
+         "--records-topic", missing],
+    )  # fmt: skip
+    assert published.exit_code == 2, published.output
+    assert (
+        f"perfwatch publish: error: topic {missing}: the broker has no such topic and does "
+        "not create it; check that its tenant and namespace exist"
+    ) in published.stderr

@@ -21,7 +21,13 @@ from perfwatch.config import Config
 from perfwatch.processor.handlers import RecordHandler
 from perfwatch.processor.loop import Processor
 from perfwatch.processor.observability import ProcessorMetrics
-from perfwatch.processor.ports import BrokerUnavailable, InboundMessage, PublisherBusy, Receipt
+from perfwatch.processor.ports import (
+    BrokerUnavailable,
+    InboundMessage,
+    PublisherBusy,
+    Receipt,
+    TopicMissing,
+)
 from perfwatch.state import StateStore
 
 log = logging.getLogger("perfwatch.processor")
@@ -37,7 +43,14 @@ def _broker_call(doing: str) -> Iterator[None]:
     try:
         yield
     except pulsar.PulsarException as err:
-        raise BrokerUnavailable(f"{doing}: {type(err).__name__}: {err}") from err
+        raise _unavailable(doing, err) from err
+
+
+def _unavailable(doing: str, err: pulsar.PulsarException) -> BrokerUnavailable:
+    """A failed client call as the processor's error, saying what was being done."""
+    if isinstance(err, pulsar.TopicNotFound):
+        return TopicMissing(f"{doing}: the broker has no such topic and does not create it")
+    return BrokerUnavailable(f"{doing}: {type(err).__name__}: {err}")
 
 
 def pulsar_processor(
@@ -76,7 +89,7 @@ class PulsarRecordSource:
 
     def open(self) -> None:
         settings = self._settings
-        with _broker_call("subscribing to the records"):
+        with _broker_call(f"subscribing to {self._topic}"):
             self._consumer = self._client.subscribe(
                 self._topic,
                 settings.subscription,
@@ -112,6 +125,9 @@ class PulsarRecordSource:
             for message in received
         ]
 
+    def connected(self) -> bool:
+        return self._consumer is not None and self._consumer.is_connected()
+
     def acknowledge(self, message: InboundMessage) -> None:
         assert self._consumer is not None
         with _broker_call("acknowledging a record"):
@@ -141,7 +157,7 @@ class PulsarDeadLetterSink:
         self._producer: pulsar.Producer | None = None
 
     def open(self) -> None:
-        with _broker_call("opening the dead-letter producer"):
+        with _broker_call(f"opening the dead-letter producer on {self._topic}"):
             self._producer = self._client.create_producer(
                 self._topic, producer_name=self._producer_name, block_if_queue_full=True
             )
@@ -259,7 +275,8 @@ class PulsarVerdictSink:
         except pulsar.ProducerBusy:
             raise PublisherBusy(name) from None
         except pulsar.PulsarException as err:
-            raise BrokerUnavailable(f"opening the verdict producer {name!r}: {err!r}") from err
+            doing = f"opening the verdict producer {name!r} on {self._topic}"
+            raise _unavailable(doing, err) from err
         return PulsarVerdictPublisher(producer)
 
     def read_back(

@@ -32,6 +32,16 @@ class BrokerUnreachable(BrokerError):
         self.problem = problem
 
 
+class UnknownTopic(BrokerError):
+    """The broker answered that the topic does not exist and it does not create it there."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(
+            f"topic {topic}: the broker has no such topic and does not create it; check "
+            "that its tenant and namespace exist"
+        )
+
+
 class BrokerCapabilityError(BrokerError):
     """The broker lacks a feature the caller needs (e.g. no admin API on pulsar-lite)."""
 
@@ -204,6 +214,8 @@ def connect_client(broker: BrokerHandle, settings: ClientSettings, *, topic: str
         probe.get_topic_partitions(topic)
     except pulsar.Interrupted:
         raise KeyboardInterrupt from None
+    except pulsar.TopicNotFound:
+        raise UnknownTopic(topic) from None
     except (pulsar.Timeout, pulsar.ConnectError) as error:
         raise BrokerUnreachable(
             broker.service_url,

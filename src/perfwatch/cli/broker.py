@@ -40,11 +40,11 @@ def append_to_stderr() -> None:
 def broker_failure(error: Exception, config: Config) -> ServiceUnavailable | InputError:
     """The command-line error for a broker failure: which broker, what went wrong, what to do."""
     from perfwatch.brokers.embedded import DataFolderInUse
-    from perfwatch.brokers.handle import BrokerUnreachable, InvalidBrokerURL
+    from perfwatch.brokers.handle import BrokerUnreachable, InvalidBrokerURL, UnknownTopic
 
     if isinstance(error, BrokerUnreachable):
         return ServiceUnavailable(f"{error}; {UNREACHABLE_ADVICE}")
-    if isinstance(error, InvalidBrokerURL | DataFolderInUse):
+    if isinstance(error, InvalidBrokerURL | DataFolderInUse | UnknownTopic):
         return InputError(str(error))
     return ServiceUnavailable(f"{config.broker.url or 'the embedded broker'}: {error}")
 

@@ -54,6 +54,7 @@ from perfwatch.processor.ports import (
     InboundMessage,
     PublisherBusy,
     RecordSource,
+    TopicMissing,
     VerdictPublisher,
     VerdictSink,
 )
@@ -113,6 +114,7 @@ class Processor:
         self._resume_at = 0.0  # monotonic time before which the broker is left alone
         self._settled: set[str] = set()  # ids of the batch's messages acked or nacked
         self._subscribe_again = False  # a broker failure since the last subscription
+        self._lost_at: float | None = None  # when the subscription's connection was lost
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -130,6 +132,7 @@ class Processor:
         self._dead_letters.open()
         self._records.open()
         self._subscribe_again = False
+        self.metrics.broker_connected.set(1)
         log.info(
             "processor started",
             extra={
@@ -173,6 +176,12 @@ class Processor:
             try:
                 self.start()
                 return True
+            except TopicMissing as err:
+                self._close_ports()
+                raise ProcessorError(
+                    f"{err}; check that its tenant and namespace exist (docs/deploy.md, "
+                    '"Topics, retention and subscriptions")'
+                ) from None
             except BrokerUnavailable as err:
                 self._close_ports()
                 self._back_off("starting", err)
@@ -221,6 +230,8 @@ class Processor:
         first, and closes itself if settling the outbox fails) or was closed since."""
         if self._publisher is None:
             return
+        self.metrics.broker_connected.set(0)
+        self._lost_at = None  # let go of, not lost
         for port in (self._publisher, self._dead_letters, self._records):
             try:
                 port.close()
@@ -260,6 +271,7 @@ class Processor:
         except BrokerUnavailable as err:
             self._back_off("receiving records", err)
             return 0
+        self._note_connection(bool(messages) or self._records.connected())
         if not messages:
             return 0
         received = time.monotonic()
@@ -310,12 +322,31 @@ class Processor:
             except BrokerUnavailable:
                 return  # unacknowledged, they are redelivered once the connection is back
 
+    def _note_connection(self, connected: bool) -> None:
+        """Say when the subscription's connection is lost and when it is back: the client
+        reconnects by itself, and receives nothing and raises nothing meanwhile."""
+        self.metrics.broker_connected.set(1 if connected else 0)
+        if connected and self._lost_at is not None:
+            log.info(
+                "the connection to the broker is back",
+                extra={"outage_s": round(time.monotonic() - self._lost_at, 1)},
+            )
+            self._lost_at = None
+        elif not connected and self._lost_at is None:
+            self._lost_at = time.monotonic()
+            self.metrics.broker_failures.inc()
+            log.error(
+                "the connection to the broker was lost; the client reconnects",
+                extra={"topic": self.config.topics.records},
+            )
+
     def _back_off(self, doing: str, err: Exception) -> None:
         """Leave the broker alone for a while, longer after each failure in a row."""
         self._backoff_s = _doubled(self._backoff_s)
         self._resume_at = time.monotonic() + self._backoff_s
         self._subscribe_again = self._publisher is not None  # started: subscribed once
         self.metrics.broker_failures.inc()
+        self.metrics.broker_connected.set(0)
         log.error(
             "the broker failed; retrying later",
             extra={"doing": doing, "error": str(err), "retry_in_s": self._backoff_s},

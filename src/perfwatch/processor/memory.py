@@ -16,7 +16,10 @@ They keep the broker semantics the exactly-once argument relies on:
 - a verdict is stored when it is sent; its receipt is handed out by
   `await_receipts`;
 - a topic whose `unreachable` is set stands for a broker that does not answer:
-  its calls raise BrokerUnavailable (a timeout) and what was sent to it is lost.
+  its calls raise BrokerUnavailable (a timeout) and what was sent to it is lost;
+- a records topic whose `reconnecting` is set stands for a connection the
+  client lost and is re-establishing by itself: a source receives nothing,
+  raises nothing and is not `connected()`, as with Pulsar's client.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class MemoryRecordTopic:
         self._messages: list[_Subscribed] = []
         self.acknowledgements: Counter[str] = Counter()  # message id -> acks received
         self.unreachable = False
+        self.reconnecting = False
 
     def publish(
         self, payload: bytes, key: str = "", properties: Mapping[str, str] | None = None
@@ -121,7 +125,12 @@ class MemoryRecordSource:
     def receive_batch(self) -> list[InboundMessage]:
         self._check_open()
         _check_reachable(self._topic)
+        if self._topic.reconnecting:
+            return []
         return self._topic._deliver(self)
+
+    def connected(self) -> bool:
+        return self._open and not (self._topic.unreachable or self._topic.reconnecting)
 
     def acknowledge(self, message: InboundMessage) -> None:
         held = self._held(message)

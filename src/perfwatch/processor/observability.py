@@ -23,6 +23,7 @@ class ProcessorMetrics:
     dead_lettered: Counter
     redelivered: Counter
     broker_failures: Counter
+    broker_connected: Gauge
     store_failures: Counter
     verdicts: Counter
     series: Gauge
@@ -52,7 +53,14 @@ class ProcessorMetrics:
             ),
             broker_failures=Counter(
                 "perfwatch_broker_failures",
-                "Times the broker did not answer and the processor backed off",
+                "Times the broker did not answer and the processor backed off, or the "
+                "subscription's connection was lost",
+                registry=registry,
+            ),
+            broker_connected=Gauge(
+                "perfwatch_broker_connected",
+                "1 while the subscription to the records topic is connected to the broker, "
+                "0 while the client reconnects or before the processor started",
                 registry=registry,
             ),
             store_failures=Counter(

@@ -23,6 +23,12 @@ class BrokerUnavailable(RuntimeError):
     succeed later. Any port method may raise it."""
 
 
+class TopicMissing(BrokerUnavailable):
+    """The topic does not exist and the broker does not create it (its tenant or
+    namespace is missing, or topics are not created automatically there). At the start
+    a configuration mistake; later, a broker's passing state."""
+
+
 @dataclass(frozen=True)
 class InboundMessage:
     """A record message as received; `handle` is the source's own reference to it."""
@@ -65,6 +71,11 @@ class RecordSource(Protocol):
 
     def receive_batch(self) -> Sequence[InboundMessage]:
         """The next messages (possibly none, after the source's batch timeout)."""
+        ...
+
+    def connected(self) -> bool:
+        """Whether the subscription is connected to the broker now (False while the
+        client reconnects: it receives nothing then, and says nothing)."""
         ...
 
     def acknowledge(self, message: InboundMessage) -> None: ...

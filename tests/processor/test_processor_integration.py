@@ -17,7 +17,7 @@ import threading
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import orjson
@@ -49,6 +49,7 @@ from perfwatch.adapters.pulsar_admin import enable_verdict_deduplication, prepar
 from perfwatch.brokers import open_broker
 from perfwatch.brokers.admin import admin_request
 from perfwatch.brokers.handle import BrokerHandle, make_client
+from perfwatch.brokers.standalone import PulsarStandalone
 from perfwatch.cli.main import main
 from perfwatch.config import TopicsConfig
 from perfwatch.state import StateStore, open_store
@@ -178,24 +179,31 @@ PROMPT_CLEAN_UP = {
 }
 
 
+@contextmanager
+def restartable_standalone(
+    pulsar_jars: Path, folder: Path
+) -> Iterator[tuple[PulsarStandalone, BrokerHandle, StateStore]]:
+    """A standalone of its own (to restart), with a SQLite store beside it."""
+    with (
+        PulsarStandalone(
+            lib_dir=pulsar_jars, data_dir=folder / "pulsar", config_overrides=PROMPT_CLEAN_UP
+        ) as standalone,
+        open_store(f"sqlite:///{folder / 'state.db'}") as store,
+    ):
+        broker = BrokerHandle(standalone.service_url, standalone.admin_url, "standalone")
+        yield standalone, broker, store
+
+
 def test_broker_restart_mid_stream(
     pulsar_jars: Path, tmp_path: Path, unique_topic: Callable[[str], str]
 ) -> None:
     """The standalone is killed with verdicts in flight and started again on the same
     data folder and ports; the rest of the stream is published after the restart."""
-    from perfwatch.brokers.standalone import PulsarStandalone
-
     topics = unique_topics(unique_topic)
     messages, series = history(tests=4, metrics=3, runs=120, seed=33)
     total = sum(len(values) for values in series.values())
     half = len(messages) // 2
-    with (
-        PulsarStandalone(
-            lib_dir=pulsar_jars, data_dir=tmp_path / "pulsar", config_overrides=PROMPT_CLEAN_UP
-        ) as standalone,
-        open_store(f"sqlite:///{tmp_path / 'state.db'}") as store,
-    ):
-        broker = BrokerHandle(standalone.service_url, standalone.admin_url, "standalone")
+    with restartable_standalone(pulsar_jars, tmp_path) as (standalone, broker, store):
         client = make_client(broker)
         try:
             # Without deduplication a verdict whose receipt the killed broker never
@@ -239,18 +247,10 @@ def test_an_idle_processor_says_when_the_broker_goes_and_when_it_is_back(
 ) -> None:
     """Waiting for records, the processor gets no error from the client while it
     reconnects: the restart is said in two lines (and on /metrics), not passed over."""
-    from perfwatch.brokers.standalone import PulsarStandalone
-
     caplog.set_level(logging.INFO, logger="perfwatch")
     topics = unique_topics(unique_topic)
     messages, _ = history(tests=1, metrics=1, runs=20, seed=7)
-    with (
-        PulsarStandalone(
-            lib_dir=pulsar_jars, data_dir=tmp_path / "pulsar", config_overrides=PROMPT_CLEAN_UP
-        ) as standalone,
-        open_store(f"sqlite:///{tmp_path / 'state.db'}") as store,
-    ):
-        broker = BrokerHandle(standalone.service_url, standalone.admin_url, "standalone")
+    with restartable_standalone(pulsar_jars, tmp_path) as (standalone, broker, store):
         client = make_client(broker)
         try:
             config = processor_config(store.url, topics)

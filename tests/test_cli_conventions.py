@@ -279,7 +279,7 @@ def test_a_blank_attribute_value_is_a_usage_error_naming_it(record_file: Path) -
     result = _invoke("publish", "--dry-run", "--attr", "runner=", str(record_file))
     assert result.exit_code == 2, result.output
     assert _error_line(result.stderr, "publish").endswith(
-        "Invalid value for --attr: 'runner=': the value of runner is empty"
+        "Invalid value for '--attr': 'runner=': the value of runner is empty"
     )
 
 

@@ -159,7 +159,7 @@ def test_dash_reads_the_records_from_standard_input(
     )
     assert twice.exit_code == 2
     assert twice.stderr.splitlines()[-1] == (
-        "perfwatch publish: error: Invalid value for FILES: '-' (standard input) can be read "
+        "perfwatch publish: error: Invalid value for 'FILES': '-' (standard input) can be read "
         "once only"
     )
 

@@ -350,7 +350,7 @@ def test_selection_leaving_too_few_runs_is_an_error(tmp_path: Path) -> None:
     [
         (["--metrics", "nope"], "no metric named 'nope'"),
         (["--direction", "x=sideways"], "is not METRIC=higher or METRIC=lower"),
-        (["--direction", "nope=higher"], "--direction: no metric named 'nope' among the series"),
+        (["--direction", "nope=higher"], "'--direction': no metric named 'nope' among the series"),
         (["--since", "not-a-commit"], "neither a commit of this series nor an ISO 8601"),
         (["-P", "2"], "-P"),
         (["--sep", "ab"], "not a single character"),

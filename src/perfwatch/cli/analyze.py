@@ -159,7 +159,7 @@ def analyze(
         if unknown:
             raise click.BadParameter(
                 f"no metric named {', '.join(map(repr, unknown))} among the series analysed",
-                param_hint="--direction",
+                param_hint="'--direction'",
             )
         selected = [
             _prepared(
@@ -255,7 +255,7 @@ def _parse_directions(flags: Sequence[str]) -> dict[str, Direction]:
         metric, _, word = flag.rpartition("=")
         if not metric or word.lower() not in DIRECTION_WORDS:
             raise click.BadParameter(
-                f"{flag!r} is not METRIC=higher or METRIC=lower", param_hint="--direction"
+                f"{flag!r} is not METRIC=higher or METRIC=lower", param_hint="'--direction'"
             )
         directions[metric] = DIRECTION_WORDS[word.lower()]
     return directions
@@ -266,7 +266,7 @@ def _separator(sep: str | None) -> str | None:
         return None
     resolved = {"tab": "\t", "\\t": "\t"}.get(sep.lower(), sep)
     if len(resolved) != 1:
-        raise click.BadParameter(f"{sep!r} is not a single character", param_hint="--sep")
+        raise click.BadParameter(f"{sep!r} is not a single character", param_hint="'--sep'")
     return resolved
 
 

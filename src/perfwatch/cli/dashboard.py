@@ -97,7 +97,7 @@ def dashboard(
                 raise click.BadParameter(
                     f"{broker.url!r}: the dashboard joins a broker, it does not start one; "
                     "give pulsar://host:port, pulsar+ssl://host:port or 'embedded'",
-                    param_hint="--pulsar-url / broker.url",
+                    param_hint="'--pulsar-url' / broker.url",
                 )
             topic = TopicSettings(
                 service_url=_embedded_locator(broker.embedded_data_dir)

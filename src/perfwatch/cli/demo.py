@@ -95,13 +95,13 @@ def demo(runs: int, seed: int, keep: Path | None) -> None:
     try:
         history = demo_history(runs, seed)
     except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--runs") from None
+        raise click.BadParameter(str(err), param_hint="'--runs'") from None
     if keep is not None and (keep / STORE_FILE).exists():
         raise click.BadParameter(
             f"{keep} already holds a demo's state ({keep / STORE_FILE}): the demo replays its "
             "history into a new store, so its records would all be old news there; remove "
             "the folder or give another",
-            param_hint="--keep",
+            param_hint="'--keep'",
         )
     with ExitStack() as stack:
         folder = keep or Path(stack.enter_context(tempfile.TemporaryDirectory("-perfwatch-demo")))
@@ -109,7 +109,7 @@ def demo(runs: int, seed: int, keep: Path | None) -> None:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise click.BadParameter(
-                f"cannot make the folder {folder}: {err.strerror}", param_hint="--keep"
+                f"cannot make the folder {folder}: {err.strerror}", param_hint="'--keep'"
             ) from None
         _run_demo(history, folder.resolve(), kept=keep is not None)
 

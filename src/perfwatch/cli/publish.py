@@ -59,9 +59,11 @@ def parse_attributes(
     for pair in pairs:
         name, separator, value = pair.partition("=")
         if not separator or not name:
-            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=option)
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=f"'{option}'")
         if not blank_values and not value.strip():
-            raise click.BadParameter(f"{pair!r}: the value of {name} is empty", param_hint=option)
+            raise click.BadParameter(
+                f"{pair!r}: the value of {name} is empty", param_hint=f"'{option}'"
+            )
         attributes[name] = value
     return attributes
 
@@ -211,7 +213,7 @@ def publish(
 
     if files.count(STANDARD_INPUT) > 1:
         raise click.BadParameter(
-            f"{STANDARD_INPUT!r} (standard input) can be read once only", param_hint="FILES"
+            f"{STANDARD_INPUT!r} (standard input) can be read once only", param_hint="'FILES'"
         )
     ready: list[tuple[dict[str, Any], str]] = []
     rejected_files = 0

@@ -189,7 +189,7 @@ def _build_filter(
 ) -> VerdictFilter:
     for kind in kinds:
         if (error := unknown_kind_error(kind)) is not None:
-            raise click.BadParameter(error, param_hint="--kind")
+            raise click.BadParameter(error, param_hint="'--kind'")
     chosen_families = {kind.partition(".")[0] for kind in kinds}
     if alerts_only and "change_point" in chosen_families and "incident" not in chosen_families:
         report(
@@ -201,7 +201,7 @@ def _build_filter(
     try:
         since_time = None if since is None else parse_since(since, datetime.now(UTC))
     except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="--since") from None
+        raise click.BadParameter(str(error), param_hint="'--since'") from None
     return VerdictFilter(tests, kinds, regressions_only, since_time, alerts_only)
 
 

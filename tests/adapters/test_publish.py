@@ -17,6 +17,7 @@ import _tool_reports
 from perfwatch import Publisher
 from perfwatch.adapters.publisher import PublishError
 from perfwatch.brokers import open_broker
+from perfwatch.brokers.embedded import EmbeddedBroker
 from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.cli.main import main
 from perfwatch.contract.timestamps import format_rfc3339
@@ -468,3 +469,27 @@ def test_without_a_url_the_embedded_broker_is_used(tmp_path: Path) -> None:
         received = [orjson.loads(m.data()) for m in _receive(consumer, 3)]
         client.close()
     assert received == [_record("local", i) for i in range(3)]
+
+
+def test_once_the_broker_is_gone_the_records_left_are_not_sent(tmp_path: Path) -> None:
+    """A send that times out says the broker is gone: the messages after it are reported
+    unsent at once, instead of each waiting out a send timeout of its own behind a full
+    queue (minutes for a large file)."""
+    with (
+        EmbeddedBroker(tmp_path / "broker") as broker,
+        pytest.raises(PublishError) as caught,
+        Publisher(
+            broker.service_url, topic="gone", send_timeout_ms=1000, max_pending_messages=10
+        ) as publisher,
+    ):
+        publisher.publish(_record("gone", 0))
+        publisher.flush()
+        broker.stop(kill=True)
+        for index in range(1, 101):
+            publisher.publish(_record("gone", index))
+    errors = [failure.error for failure in caught.value.failures]
+    assert len(errors) == 100
+    gone = [error for error in errors if not error.startswith("not sent: ")]
+    assert gone and set(gone) <= {"Timeout", "NotConnected", "ConnectError"}, errors
+    assert set(errors) - set(gone) == {f"not sent: an earlier message got {gone[0]}"}
+    assert len(gone) <= 20, errors  # those in the queue when the first send timed out

@@ -30,6 +30,14 @@ from perfwatch.contract.validation import RecordError, validate_record
 DEFAULT_RECORDS_TOPIC = "persistent://public/default/perfwatch-records"
 
 
+# The outcomes of a send that say the broker is gone, not that it refused the message
+# (as the callback's result, or as the exception of a send the client refused at once).
+_BROKER_GONE = frozenset(
+    {pulsar.Result.Timeout, pulsar.Result.NotConnected, pulsar.Result.ConnectError}
+)
+_BROKER_GONE_ERRORS = (pulsar.Timeout, pulsar.NotConnected, pulsar.ConnectError)
+
+
 @dataclass(frozen=True)
 class SendFailure:
     """A message the broker did not acknowledge, and the broker's (or client's) reason."""
@@ -91,6 +99,7 @@ class Publisher:
         self._lock = threading.Condition()
         self._pending: dict[int, str] = {}  # sequence -> label of unacknowledged messages
         self._failures: list[SendFailure] = []
+        self._broker_gone: str | None = None  # the client's error that said so
         self._sent = 0
         self.acknowledged = 0
 
@@ -167,6 +176,12 @@ class Publisher:
         with self._lock:
             sequence = self._sent
             self._sent += 1
+            if self._broker_gone is not None:
+                # Each message would wait out its own send timeout behind a full queue.
+                self._failures.append(
+                    SendFailure(label, f"not sent: an earlier message got {self._broker_gone}")
+                )
+                return
             self._pending[sequence] = label
         try:
             self._producer.send_async(
@@ -186,6 +201,8 @@ class Publisher:
             else:
                 reason = result.name if isinstance(result, pulsar.Result) else str(result)
                 self._failures.append(SendFailure(label, reason))
+                if result in _BROKER_GONE or isinstance(result, _BROKER_GONE_ERRORS):
+                    self._broker_gone = self._broker_gone or reason
             self._lock.notify_all()
 
     def flush(self) -> int:

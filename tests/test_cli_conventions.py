@@ -31,7 +31,7 @@ from perfwatch.state import open_store
 
 PERFWATCH = [sys.executable, "-c", "from perfwatch.cli.main import main; main()"]
 CLOSED_PORT_URL = "pulsar://127.0.0.1:1"  # nothing listens on port 1 of loopback
-PULSAR_COMMANDS = ("publish", "watch", "forward", "serve", "profile", "dashboard")
+PULSAR_COMMANDS = ("publish", "watch", "forward", "serve", "profile", "dashboard", "dead-letters")
 BROKER_OPTIONS = {
     "--pulsar-url",
     "--auth-token",
@@ -122,6 +122,7 @@ BAD_INPUT = {
     "profile": ["profile", "--reference", "{bad}"],
     "recommend": ["recommend", "--baseline", "{bad}"],
     "dashboard": ["dashboard", "--store", "mysql://db/x"],
+    "dead-letters": ["dead-letters", "--limit", "0"],
     "demo": ["demo", "--runs", "many"],
     "dev pulsar": ["dev", "pulsar", "--port", "70000"],
     "dev embedded": ["dev", "embedded", "--port", "0"],
@@ -442,6 +443,7 @@ BROKER_COMMANDS = {
     "watch": ["watch"],
     "forward": ["forward", "--webhook", "http://127.0.0.1:9/"],
     "serve": ["serve", "--store", "sqlite:///{tmp}/state.db"],
+    "dead-letters": ["dead-letters"],
 }
 
 
@@ -935,7 +937,8 @@ def test_topic_options_follow_one_scheme() -> None:
         names = set(_options(command))
         assert "--topic" not in names, path
         if "--dead-letter-topic" in names:
-            assert path == "serve", "only records that cannot be processed are dead-lettered"
+            # only records that cannot be processed are dead-lettered, and read back
+            assert path in ("serve", "dead-letters"), path
 
 
 def test_log_levels_are_the_configs() -> None:

@@ -261,22 +261,27 @@ def test_oversized_counter_matrix_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "kind"),
+    ("data", "kind", "path"),
     [
-        (b"\xff\xfe{}", ErrorKind.UNDECODABLE),
-        (b'{"schema": ', ErrorKind.INVALID_JSON),
-        (b"[1, 2,]", ErrorKind.INVALID_JSON),
-        (b'{"metrics": {"x": NaN}}', ErrorKind.NON_FINITE),
-        (b'{"metrics": {"x": -Infinity}}', ErrorKind.NON_FINITE),
-        (b'{"metrics": {"x": 1e400}}', ErrorKind.NON_FINITE),
-        (b"[]", ErrorKind.SCHEMA),
+        (b"\xff\xfe{}", ErrorKind.UNDECODABLE, "$"),
+        (b'{"schema": ', ErrorKind.INVALID_JSON, "$"),
+        (b"[1, 2,]", ErrorKind.INVALID_JSON, "$"),
+        (b'{"metrics": {"x": NaN}}', ErrorKind.NON_FINITE, "$.metrics.x"),
+        (
+            b'{"metrics": {"x": 1, "p 99": [2, -Infinity]}}',
+            ErrorKind.NON_FINITE,
+            '$.metrics["p 99"][1]',
+        ),
+        (b'{"metrics": {"x": 1e400}}', ErrorKind.NON_FINITE, "$.metrics.x"),
+        (b'{"metrics": {"x": NaN}', ErrorKind.NON_FINITE, "$"),  # and no JSON either
+        (b"[]", ErrorKind.SCHEMA, "$"),
     ],
 )
-def test_parse_errors_are_told_apart(data: bytes, kind: ErrorKind) -> None:
+def test_parse_errors_are_told_apart_and_placed(data: bytes, kind: ErrorKind, path: str) -> None:
     with pytest.raises(RecordError) as caught:
         parse_record(data)
     assert caught.value.kind is kind
-    assert caught.value.path == "$"
+    assert caught.value.path == path
 
 
 def test_json_syntax_errors_carry_line_and_column() -> None:

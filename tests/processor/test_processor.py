@@ -5,6 +5,7 @@ Most tests run on the embedded broker; those taking `each_broker` also on real P
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import random
@@ -18,6 +19,7 @@ from pathlib import Path
 import orjson
 import pulsar
 import pytest
+from click.testing import CliRunner
 
 from _processor_support import (
     ServeProcess,
@@ -41,6 +43,7 @@ from _processor_support import (
 from _verdict_samples import EMITTED_AT, evidence
 from perfwatch.brokers import open_broker
 from perfwatch.brokers.handle import BrokerHandle, make_client
+from perfwatch.cli.main import main
 from perfwatch.contract.codec import dumps
 from perfwatch.contract.models import Record, SeriesRef, Verdict
 from perfwatch.contract.validation import validate_verdict
@@ -183,7 +186,11 @@ BAD_MESSAGES = {
         }
     ),
 }
-BAD_PATHS = {"schema": "$.metrics.m.direction", "unknown_version": "$.schema"}
+BAD_PATHS = {
+    "schema": "$.metrics.m.direction",
+    "unknown_version": "$.schema",
+    "non_finite": "$.metrics.m",
+}
 
 
 def test_bad_input_is_dead_lettered_with_its_reason(
@@ -217,6 +224,30 @@ def test_bad_input_is_dead_lettered_with_its_reason(
         assert properties["perfwatch.source.topic"] == topics["records"]
         assert properties["perfwatch.consumer"] == config.consumer.name
     assert len(store.series_points(store.series_keys()[0])) == len(good)
+
+    # What an operator reads of them: `perfwatch dead-letters`, oldest first.
+    command = ["dead-letters", "--pulsar-url", each_broker.service_url]
+    command += ["--dead-letter-topic", topics["dead_letter"], "--idle-timeout", "1"]
+    text = CliRunner().invoke(main, command)
+    assert text.exit_code == 0, text.output
+    lines = text.stdout.splitlines()
+    assert [line.split()[1] for line in lines] == [
+        m.properties()["perfwatch.error.kind"] for m in dead_letters
+    ]
+    for line, message in zip(lines, dead_letters, strict=True):
+        properties = message.properties()
+        reason = f"{properties['perfwatch.error.path']}: {properties['perfwatch.error.message']}"
+        assert reason in line
+        assert f"from message {properties['perfwatch.source.message_id']}" in line
+    assert f"{len(dead_letters)} dead letter(s)" in text.stderr
+    as_json = CliRunner().invoke(main, [*command, "--format", "json"])
+    documents = [orjson.loads(line) for line in as_json.stdout_bytes.splitlines()]
+    assert [d["properties"] for d in documents] == [m.properties() for m in dead_letters]
+    payloads = [
+        d["payload"].encode() if "payload" in d else base64.b64decode(d["payload_base64"])
+        for d in documents
+    ]
+    assert payloads == [m.data() for m in dead_letters]
 
 
 class FailingHandler:

@@ -410,6 +410,23 @@ def _member_text(member: Mapping[str, Any]) -> str:
     return " ".join(part for part in parts if part)
 
 
+class ReaderFeed:
+    """A Pulsar Reader read like a consumer: it holds no subscription the broker keeps,
+    so a reader that is killed leaves nothing behind; there is nothing to acknowledge."""
+
+    def __init__(self, reader: pulsar.Reader) -> None:
+        self._reader = reader
+
+    def receive(self, timeout_millis: int) -> pulsar.Message:
+        return self._reader.read_next(timeout_millis)
+
+    def acknowledge(self, message: pulsar.Message) -> None:
+        """Nothing to do: a reader keeps its position itself."""
+
+    def close(self) -> None:
+        self._reader.close()
+
+
 def receive_messages(
     consumer: pulsar.Consumer,
     *,

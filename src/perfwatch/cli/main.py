@@ -35,9 +35,13 @@ COMMANDS: dict[str, CommandEntry] = {
         "perfwatch.cli.dashboard:dashboard",
         "Serve the web dashboard: series, change points, live verdicts.",
     ),
+    "dead-letters": CommandEntry(
+        "perfwatch.cli.dead_letters:dead_letters",
+        "Print the dead letters kept on the broker, with their reasons.",
+    ),
     "demo": CommandEntry(
         "perfwatch.cli.demo:demo",
-        "Run the whole pipeline on a generated CI history, in one command.",
+        "Run the whole pipeline on a generated CI history.",
     ),
     "dev": CommandEntry(
         "perfwatch.cli.dev:dev",
@@ -57,7 +61,7 @@ COMMANDS: dict[str, CommandEntry] = {
     ),
     "recommend": CommandEntry(
         "perfwatch.cli.recommend:recommend",
-        "Recommend whether a code update needs the full performance suite.",
+        "Say whether a code update needs the full performance suite.",
     ),
     "serve": CommandEntry(
         "perfwatch.cli.serve:serve",

@@ -16,6 +16,7 @@ import orjson
 
 from perfwatch.adapters.verdict_feed import (
     KINDS,
+    ReaderFeed,
     SeenVerdicts,
     VerdictFilter,
     parse_since,
@@ -218,23 +219,6 @@ def decode_verdict(message: pulsar.Message) -> dict[str, Any] | None:
     return verdict
 
 
-class _ReaderFeed:
-    """A Pulsar Reader read like a consumer: it holds no subscription the broker keeps,
-    so a watch that is killed leaves nothing behind; there is nothing to acknowledge."""
-
-    def __init__(self, reader: pulsar.Reader) -> None:
-        self._reader = reader
-
-    def receive(self, timeout_millis: int) -> pulsar.Message:
-        return self._reader.read_next(timeout_millis)
-
-    def acknowledge(self, message: pulsar.Message) -> None:
-        """Nothing to do: a reader keeps its position itself."""
-
-    def close(self) -> None:
-        self._reader.close()
-
-
 @click.command("watch")
 @verdict_source_options(alerts_only=False)
 @output_format_option("text: a coloured line per verdict; json: the verdict documents as they are.")
@@ -269,12 +253,12 @@ def watch(
         ),
         connected_client(source.config, topic=source.topic) as client,
     ):
-        feed: pulsar.Consumer | _ReaderFeed
+        feed: pulsar.Consumer | ReaderFeed
         if subscription is None:
             start_at = (
                 pulsar.MessageId.earliest if source.reads_kept_verdicts else pulsar.MessageId.latest
             )
-            feed = _ReaderFeed(client.create_reader(source.topic, start_at))
+            feed = ReaderFeed(client.create_reader(source.topic, start_at))
         else:
             feed = client.subscribe(
                 source.topic,

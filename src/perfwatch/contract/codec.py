@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,10 +41,31 @@ def _classify_decode_error(data: bytes | str, error: orjson.JSONDecodeError) -> 
     text = error.doc if isinstance(error.doc, str) else str(error.doc)
     at = text[error.pos : error.pos + 9].lstrip("-")
     if error.msg.startswith("number is infinity") or at.startswith(("NaN", "Infinity")):
-        kind, message = ErrorKind.NON_FINITE, "non-finite number (JSON has no NaN or Infinity)"
-    else:
-        kind, message = ErrorKind.INVALID_JSON, f"invalid JSON: {error.msg}"
-    return RecordError(kind, "$", message, line=error.lineno, column=error.colno)
+        return RecordError(
+            ErrorKind.NON_FINITE,
+            _non_finite_path(text),
+            "non-finite number (JSON has no NaN or Infinity)",
+            line=error.lineno,
+            column=error.colno,
+        )
+    return RecordError(
+        ErrorKind.INVALID_JSON,
+        "$",
+        f"invalid JSON: {error.msg}",
+        line=error.lineno,
+        column=error.colno,
+    )
+
+
+def _non_finite_path(text: str) -> str:
+    """The JSON path of the first NaN or infinity in `text`; "$" when the text is no
+    JSON even with them. Python's own decoder reads both, as floats."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return "$"
+    first = next(non_finite_numbers(document, ()), None)
+    return "$" if first is None else first.path
 
 
 def dumps(document: Record | Verdict | Mapping[str, Any]) -> bytes:

@@ -431,13 +431,18 @@ def test_refused_message_is_named_with_the_broker_error(
     assert len(_receive(consumer, 2)) == 2
 
 
+# The variables that tell publish it runs in a CI job (which it warns of), unset.
+NOT_IN_CI: dict[str, str | None] = dict.fromkeys(
+    ("CI", "JENKINS_URL", "TF_BUILD", "TEAMCITY_VERSION", "CODEBUILD_BUILD_ID")
+)
+
+
 def test_without_a_url_the_embedded_broker_is_used(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "runs.jsonl", [_record("local", i) for i in range(3)])
-    markers = ("CI", "JENKINS_URL", "TF_BUILD", "TEAMCITY_VERSION", "CODEBUILD_BUILD_ID")
     env = {
         "XDG_DATA_HOME": str(tmp_path / "data"),
         "PERFWATCH_BROKER_URL": "",
-        **dict.fromkeys(markers),
+        **NOT_IN_CI,
     }
     arguments = ["publish", "--no-auto-identity", "--records-topic", "local-records", str(path)]
     result = CliRunner(env=env).invoke(main, arguments)
@@ -469,6 +474,21 @@ def test_without_a_url_the_embedded_broker_is_used(tmp_path: Path) -> None:
         received = [orjson.loads(m.data()) for m in _receive(consumer, 3)]
         client.close()
     assert received == [_record("local", i) for i in range(3)]
+
+
+def test_a_broker_folder_no_broker_ran_on_is_said(tmp_path: Path) -> None:
+    """A mistyped --embedded-dir starts a broker nobody serves: said once, not refused
+    (the records wait there for a `perfwatch serve` given the folder)."""
+    path = _write_jsonl(tmp_path / "runs.jsonl", [_record("typo", 0)])
+    folder = tmp_path / "brokr"
+    arguments = ["publish", "--no-auto-identity", "--embedded-dir", str(folder), str(path)]
+    first, again = (CliRunner(env=NOT_IN_CI).invoke(main, arguments) for _ in range(2))
+    assert first.exit_code == again.exit_code == 0, first.output
+    assert (
+        f"perfwatch publish: warning: no embedded broker ever ran on {folder}: started one "
+        "there for this command"
+    ) in first.stderr
+    assert "warning" not in again.stderr
 
 
 def test_once_the_broker_is_gone_the_records_left_are_not_sent(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "pulsar-lite.toml"
 DB_NAME = "broker.db"  # pulsar-lite stores it as broker.rocksdb/
+DB_FOLDER = "broker.rocksdb"
 PID_NAME = "broker.pid"
 PORT_NAME = "broker.port"
 LOG_NAME = "broker.log"
@@ -116,6 +117,12 @@ class _PidFile:
 def _owned(record: dict[str, int]) -> bool:
     """True while the process that started the broker is its parent and still alive."""
     return parent_pid(record["pid"]) == record["owner_pid"]
+
+
+def holds_broker_data(data_dir: str | Path | None = None) -> bool:
+    """Whether a broker ever ran on `data_dir` (default folder when None): it has data."""
+    folder = Path(data_dir) if data_dir is not None else default_data_dir()
+    return (folder / DB_FOLDER).exists()
 
 
 def find_running_broker(data_dir: str | Path | None = None) -> str | None:

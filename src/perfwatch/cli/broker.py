@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfwatch.cli.errors import InputError, ServiceUnavailable
+from perfwatch.cli.errors import InputError, ServiceUnavailable, report
 
 if TYPE_CHECKING:
     import pulsar
@@ -50,23 +50,43 @@ def broker_failure(error: Exception, config: Config) -> ServiceUnavailable | Inp
 
 
 @contextmanager
-def connected_broker(config: Config, *, topic: str) -> Iterator[tuple[BrokerHandle, pulsar.Client]]:
+def connected_broker(
+    config: Config, *, topic: str, serving: bool = False
+) -> Iterator[tuple[BrokerHandle, pulsar.Client]]:
     """The configured broker and a client of it, which has answered a lookup of `topic`.
 
     Broker failures, while connecting or later, become the convention's errors;
-    Ctrl-C while the client waits ends the command with exit status 130.
+    Ctrl-C while the client waits ends the command with exit status 130. A command
+    other than the processor (`serving`) that starts the embedded broker on a named
+    folder no broker ever ran on says so: a mistyped --embedded-dir would otherwise
+    pass unnoticed, its records waiting where no processor looks.
     """
     import pulsar
 
     from perfwatch.brokers import open_broker
+    from perfwatch.brokers.embedded import holds_broker_data
     from perfwatch.brokers.handle import BrokerError, connect_client
 
+    folder = config.broker.embedded_data_dir  # named, so possibly mistyped
+    new_folder = (
+        config.broker.url in (None, "embedded")
+        and folder is not None
+        and not serving
+        and not holds_broker_data(folder)
+    )
     try:
         with open_broker(
             config.broker.url,
             data_dir=config.broker.embedded_data_dir,
             admin_url=config.broker.admin_url,
         ) as handle:
+            if new_folder:
+                report(
+                    f"no embedded broker ever ran on {folder}: started one "
+                    "there for this command; only a `perfwatch serve` given the same folder "
+                    "(--embedded-dir) processes what it holds",
+                    level="warning",
+                )
             client = connect_client(handle, config.broker, topic=topic)
             try:
                 yield handle, client

@@ -50,7 +50,7 @@ def run_processor(config: Config, stop: StopRequest) -> None:
             subscription=subscription,
             command="serve",
         ),
-        connected_broker(config, topic=records) as (handle, client),
+        connected_broker(config, topic=records, serving=True) as (handle, client),
     ):
         if handle.admin_url:
             prepare_topics(handle.admin_url, config.topics, broker_config.auth_token)

@@ -189,6 +189,16 @@ def test_slack_payload_and_template() -> None:
         check_template("oops }")
 
 
+def test_an_incidents_template_fields_carry_the_change_of_the_series_that_caused_it() -> None:
+    stream = IncidentStream()
+    stream.change(joined=["a"], change=7.5)
+    document = stream.change(joined=["b"], change=-4.0, direction="improvement")
+    document["series"]["attributes"] = {"branch": "main"}  # as the processor names it
+    template = "{label} {test} {change} {direction} run {run_id} at {commit}"
+    text = orjson.loads(slack_payload(document, template))["text"]
+    assert text == f"INCIDENT svc/b -4.0% improvement run nightly-074 at {INCIDENT_COMMIT[:12]}"
+
+
 def test_a_counter_verdicts_template_fields_carry_its_p_value_and_commit() -> None:
     document = verdict("counter_regression.detected")
     document["counter_check"]["target"] = {"time": "2024-05-01T01:00:00Z", "commit": "c0ffee" * 7}

@@ -218,6 +218,17 @@ def pvalue_text(value: Any) -> str:
     return f"{value:.2g}" if isinstance(value, int | float) else ""
 
 
+def _member_of(incident: Mapping[str, Any], series: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The incident's member block of `series` (empty when it is not a member: it left)."""
+    members = incident.get("members")
+    for member in members if isinstance(members, list) else []:
+        if isinstance(member, Mapping) and all(
+            member.get(key) == series.get(key) for key in ("test", "metric", "attributes")
+        ):
+            return member
+    return {}
+
+
 def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
     """The verdict's facts as short strings: what a line or a chat message shows.
 
@@ -255,6 +266,9 @@ def summary_fields(verdict: Mapping[str, Any]) -> dict[str, str]:
     if kind.startswith("incident."):
         # about many series: the one whose change caused this event is not the point
         incident = block(verdict, "incident")
+        cause = _member_of(incident, series)
+        fields["change"] = _percent(cause.get("forward_change_percent"))
+        fields["direction"] = str(cause.get("direction", ""))
         fields["commit"] = str(incident.get("commit", ""))[:COMMIT_CHARS]
         fields["commits"] = _commits(block(incident, "commit_range"), fields["commit"])
         fields["summary"] = f"{fields['label']} {fields['detail']}"

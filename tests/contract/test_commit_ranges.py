@@ -53,6 +53,23 @@ def test_neighbouring_commits_stay_apart_when_runs_interleave_in_time() -> None:
     assert every.overlaps(span(1, 2, at=0.4))  # the same commit
 
 
+def test_time_places_commits_on_the_ranges_own_branch_only() -> None:
+    """Runs of a release branch in the same hours as main's are no neighbours of main's
+    commits; a commit both branches ran is one commit on either."""
+    main = CommitRange("c3", 3.0, "c1", 1.0, "main")
+    release = CommitRange("r3", 3.2, "r1", 1.2, "release-1.2")
+    assert main.holds("c2", 2.0, "main")
+    assert not main.holds("r2", 2.0, "release-1.2")
+    assert not main.overlaps(release) and not release.overlaps(main)
+    assert main.overlaps(CommitRange("c3", 7.0, "r2", 2.0, "release-1.2"))  # the same commit
+    assert main.overlaps(CommitRange("c2", 2.1, "c1", 1.1, "main"))
+    # stored before branches: no branch, grouped with the series that name none
+    legacy = CommitRange.from_state(["c3", 3.0, "c1", 1.0])
+    assert legacy == CommitRange("c3", 3.0, "c1", 1.0)
+    assert legacy.overlaps(CommitRange("c2", 2.1, "c1", 1.1)) and not legacy.overlaps(release)
+    assert CommitRange.from_state(release.to_state()) == release
+
+
 def test_a_bridging_range_joins_two_groups_named_after_the_earliest_commit() -> None:
     ranges = {"every": span(1, 2), "early": span(2, 3, at=-0.1), "later": span(7, 8)}
     assert overlapping_groups(ranges, ranges) == [["early"], ["every"], ["later"]]

@@ -429,39 +429,45 @@ class CommitRange:
     Commits have no order of their own: a commit is placed by the runs that
     carry it, at their timestamps (`after_time`, `last_time`: epoch seconds of
     the series' two runs). A series that skipped commits has a range spanning
-    them.
+    them. Time places commits on one branch only (`branch`, the series'; None
+    when series name none): runs of two branches in the same hour are no
+    neighbours in any history.
     """
 
     last: str
     last_time: float
     after: str | None = None
     after_time: float | None = None
+    branch: str | None = None
 
-    def holds(self, commit: str, time: float) -> bool:
-        """Whether a commit, run at `time`, lies in the range: `last` does, `after`
-        does not, and any other commit when its run came after the run before the
-        change and no later than the first changed run."""
+    def holds(self, commit: str, time: float, branch: str | None = None) -> bool:
+        """Whether a commit, run at `time` on `branch`, lies in the range: `last` does,
+        `after` does not, and any other commit run on the range's branch after the run
+        before the change and no later than the first changed run."""
         if commit == self.last:
             return True
-        if commit == self.after or self.after_time is None:
+        if commit == self.after or self.after_time is None or branch != self.branch:
             return False
         return self.after_time < time <= self.last_time
 
     def overlaps(self, other: CommitRange) -> bool:
         # Two ranges share a commit when the last commit of one lies in the other.
-        return self.holds(other.last, other.last_time) or other.holds(self.last, self.last_time)
+        return self.holds(other.last, other.last_time, other.branch) or other.holds(
+            self.last, self.last_time, self.branch
+        )
 
     def to_json(self) -> dict[str, str]:
         """The range a verdict shows: `{"after": ..., "last": ...}`."""
         return {"after": self.after, "last": self.last} if self.after else {"last": self.last}
 
     def to_state(self) -> list[Any]:
-        return [self.last, self.last_time, self.after, self.after_time]
+        return [self.last, self.last_time, self.after, self.after_time, self.branch]
 
     @classmethod
     def from_state(cls, state: Sequence[Any]) -> CommitRange:
-        last, last_time, after, after_time = state
-        return cls(last, last_time, after, after_time)
+        # stored before branches: four items, and no branch
+        last, last_time, after, after_time, *branch = state
+        return cls(last, last_time, after, after_time, branch[0] if branch else None)
 
 
 def overlapping_groups(ranges: Mapping[str, CommitRange], seeds: Iterable[str]) -> list[list[str]]:

@@ -546,10 +546,13 @@ class ChangePointHandler:
         current = move.change.current
         assert current is not None and current.commit is not None
         last_time = current.time.timestamp()
+        branch = move.series.attributes.get("branch")
         if current.index == 0:
-            return CommitRange(current.commit, last_time)
+            return CommitRange(current.commit, last_time, branch=branch)
         (run_before,) = tx.points(move.series_id, current.index - 1, current.index)
-        return CommitRange(current.commit, last_time, run_before.commit, run_before.timestamp)
+        return CommitRange(
+            current.commit, last_time, run_before.commit, run_before.timestamp, branch
+        )
 
     def _cache_after_commit(
         self, tx: StoreTransaction, series: SeriesState, analyzer: SeriesAnalyzer

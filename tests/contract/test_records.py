@@ -413,6 +413,15 @@ def test_verdict_field_problems() -> None:
     }
 
 
+def test_a_newer_verdicts_unknown_block_passes_an_older_schema() -> None:
+    """As `suspicion` came: a new optional block without a new schema version."""
+    doc = verdict_doc("change_point.detected")
+    doc["forecast"] = {"next_run": 41.5}
+    assert validate_verdict(doc) == []
+    doc["series"]["owner"] = "team-a"  # a block keeps its fields
+    assert paths(validate_verdict(doc)) == {"$.series.owner"}
+
+
 def test_verdict_model_writes_a_valid_document() -> None:
     evidence = ChangePointEvidence.from_json(change_point_block())
     verdict = Verdict(

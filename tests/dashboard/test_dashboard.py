@@ -7,6 +7,8 @@ run-or-skip verdicts from the real detectors. The browser tests
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import math
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import orjson
@@ -42,7 +45,7 @@ from perfwatch.contract.validation import validate_verdict
 from perfwatch.contract.verdicts import Finding, VerdictPolicy, episodes_of
 from perfwatch.dashboard import figures, queries
 from perfwatch.dashboard.analysis import ChangePointAnalysis, episodes, status_of
-from perfwatch.dashboard.app import DashboardSettings, create_app, plotly_js_path
+from perfwatch.dashboard.app import DashboardSettings, _poll_forever, create_app, plotly_js_path
 from perfwatch.dashboard.live import TopicListener, TopicSettings
 from perfwatch.detectors.counters import CounterRegressionCheck, CounterSamples
 from perfwatch.detectors.inputs import (
@@ -943,6 +946,42 @@ def test_a_store_that_does_not_answer_is_a_503_naming_it(
         assert response.text == (
             "state store unavailable: postgresql://db/perfwatch: the connection is closed"
         )
+
+
+def test_a_store_outage_is_logged_once_when_it_begins_and_once_when_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The poll every 2 s logged a warning each time and nothing once the store was back."""
+    calls = 0
+
+    def poll_store() -> int:
+        nonlocal calls
+        calls += 1
+        if 2 <= calls <= 5:
+            raise StoreUnavailable("postgresql://db/perfwatch: the connection is closed")
+        return 0
+
+    state = SimpleNamespace(
+        settings=SimpleNamespace(poll_interval_s=0.001), listener=None, poll_store=poll_store
+    )
+
+    async def poll_a_while() -> None:
+        task = asyncio.create_task(_poll_forever(state))  # type: ignore[arg-type]
+        while calls < 8:
+            await asyncio.sleep(0.001)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    caplog.set_level(logging.INFO, logger="perfwatch")
+    asyncio.run(poll_a_while())
+    said = [
+        (r.levelname, r.getMessage()) for r in caplog.records if "state store" in r.getMessage()
+    ]
+    assert said == [
+        ("WARNING", "polling the state store failed"),
+        ("INFO", "the state store answers again"),
+    ]
 
 
 def test_api_verdicts_kind_takes_a_family_as_watch_kind_does(client: TestClient) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -346,6 +347,7 @@ _POLL_WHILE_FOLLOWING_S = 30.0
 
 
 async def _poll_forever(state: DashboardState) -> None:
+    failing_since: float | None = None  # said once when the store stops answering, once back
     while True:
         interval = state.settings.poll_interval_s
         if state.listener is not None and state.listener.connected.is_set():
@@ -354,7 +356,14 @@ async def _poll_forever(state: DashboardState) -> None:
         try:
             await run_in_threadpool(state.poll_store)
         except StoreError as err:
-            log.warning("polling the state store failed", extra={"error": str(err)})
+            if failing_since is None:
+                failing_since = time.monotonic()
+                log.warning("polling the state store failed", extra={"error": str(err)})
+            continue
+        if failing_since is not None:
+            outage_s = round(time.monotonic() - failing_since, 1)
+            failing_since = None
+            log.info("the state store answers again", extra={"outage_s": outage_s})
 
 
 async def _store_unavailable(request: Request, error: Exception) -> Response:

@@ -485,8 +485,8 @@ def test_a_broker_folder_no_broker_ran_on_is_said(tmp_path: Path) -> None:
     first, again = (CliRunner(env=NOT_IN_CI).invoke(main, arguments) for _ in range(2))
     assert first.exit_code == again.exit_code == 0, first.output
     assert (
-        f"perfwatch publish: warning: no embedded broker ever ran on {folder}: started one "
-        "there for this command"
+        f"perfwatch publish: warning: no embedded broker ever ran on {folder}: started an "
+        "empty one there for this command (a mistyped --embedded-dir?)"
     ) in first.stderr
     assert "warning" not in again.stderr
 

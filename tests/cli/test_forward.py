@@ -629,7 +629,8 @@ def test_the_undeliverable_topic_gets_the_retention_serve_gives_its_topics(
     assert without.exit_code == 0, without.output
     assert (
         f"perfwatch forward: warning: no --admin-url: {undeliverable} keeps undeliverable "
-        "verdicts only as long as its namespace's retention says"
+        "verdicts only as long as its namespace's retention says, which on a new Pulsar "
+        "namespace is not at all; give --admin-url (broker.admin_url)"
     ) in without.stderr
 
     assert pulsar_broker.admin_url is not None
@@ -639,6 +640,14 @@ def test_the_undeliverable_topic_gets_the_retention_serve_gives_its_topics(
     assert "warning" not in kept.stderr
     wanted = {"retentionTimeInMinutes": 90, "retentionSizeInMB": 7}
     wait_until(lambda: _applied_retention(pulsar_broker, undeliverable) == wanted, 30, "retention")
+
+    nowhere = f"persistent://public/missing-{topic.rsplit('/', 1)[-1]}/dlq"
+    missing = CliRunner().invoke(main, [*command, "--undeliverable-topic", nowhere])
+    assert missing.exit_code == 2, missing.output
+    assert (
+        f"perfwatch forward: error: --undeliverable-topic {nowhere}: the broker has no such "
+        "topic and does not create it; check that its tenant and namespace exist"
+    ) in missing.stderr
 
     refused = CliRunner().invoke(main, [*command, "--admin-url", "http://127.0.0.1:9"])
     assert refused.exit_code == 0, refused.output

@@ -263,22 +263,25 @@ def test_a_lost_connection_is_logged_and_counted_once_and_its_return_too(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Pulsar's client reconnects by itself, receiving nothing and raising nothing
-    meanwhile: without a look at the connection an outage would pass unsaid."""
+    meanwhile: without a look at the connection an outage would pass unsaid. A broker
+    shutting down lets the client connect once more before it goes: one outage."""
     messages, _ = history(tests=1, metrics=1, runs=10, seed=5)
-    with ports(messages, batch_size=len(messages)) as p:
+    with ports(messages[:-1], batch_size=len(messages)) as p:
         processor = p.processor(config())
         sample = processor.metrics.registry.get_sample_value
         assert sample("perfwatch_broker_connected") == 0
         processor.start()
+        assert processor.poll_once() == len(messages) - 1
         assert sample("perfwatch_broker_connected") == 1
         caplog.set_level(logging.INFO, logger="perfwatch")
-        p.records.reconnecting = True
-        assert processor.poll_once() == 0
-        assert processor.poll_once() == 0
-        assert sample("perfwatch_broker_connected") == 0
+        for reconnecting in (True, True, False, True):  # down, down, briefly up, down
+            p.records.reconnecting = reconnecting
+            assert processor.poll_once() == 0
+            assert sample("perfwatch_broker_connected") == 0
         assert sample("perfwatch_broker_failures_total") == 1
         p.records.reconnecting = False
-        assert processor.poll_once() == len(messages)
+        p.records.publish(messages[-1][1], key=messages[-1][0])
+        assert processor.poll_once() == 1  # receiving: back at once
         assert sample("perfwatch_broker_connected") == 1
         processor.close()
         assert sample("perfwatch_broker_connected") == 0

@@ -243,6 +243,7 @@ def test_bad_input_is_dead_lettered_with_its_reason(
     as_json = CliRunner().invoke(main, [*command, "--format", "json"])
     documents = [orjson.loads(line) for line in as_json.stdout_bytes.splitlines()]
     assert [d["properties"] for d in documents] == [m.properties() for m in dead_letters]
+    assert [d["key"] for d in documents] == [m.partition_key() for m in dead_letters]
     payloads = [
         d["payload"].encode() if "payload" in d else base64.b64decode(d["payload_base64"])
         for d in documents

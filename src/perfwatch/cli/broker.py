@@ -82,9 +82,9 @@ def connected_broker(
         ) as handle:
             if new_folder:
                 report(
-                    f"no embedded broker ever ran on {folder}: started one "
-                    "there for this command; only a `perfwatch serve` given the same folder "
-                    "(--embedded-dir) processes what it holds",
+                    f"no embedded broker ever ran on {folder}: started an empty one there "
+                    "for this command (a mistyped --embedded-dir?); records sent there wait "
+                    "for a `perfwatch serve` given the same folder",
                     level="warning",
                 )
             client = connect_client(handle, config.broker, topic=topic)

@@ -94,11 +94,13 @@ def _published(message: pulsar.Message) -> str:
 
 
 def dead_letter_document(message: pulsar.Message) -> dict[str, Any]:
-    """The dead letter as JSON: broker message id, publication time, properties (the
-    reason among them) and the bytes, as text when they are UTF-8, else base64."""
+    """The dead letter as JSON: broker message id, publication time, key (the test id of
+    a record), properties (the reason among them) and the bytes, as text when they are
+    UTF-8, else base64."""
     document: dict[str, Any] = {
         "message_id": str(message.message_id()),
         "published_at": _published(message),
+        "key": message.partition_key(),
         "properties": message.properties(),
     }
     data = message.data()
@@ -124,7 +126,7 @@ def dead_letter_line(message: pulsar.Message) -> str:
         tried = f" after {attempts} attempt(s)" if attempts else ""
         why = f"undeliverable{tried}: {properties.get('perfwatch-error', 'no reason given')}"
         origin = properties.get("ORIGIN_MESSAGE_ID", "?")
-    text = message.data().decode("utf-8", errors="replace").replace("\n", " ")
+    text = message.data().decode("utf-8", errors="backslashreplace").replace("\n", " ")
     if len(text) > _PAYLOAD_SHOWN:
         text = text[: _PAYLOAD_SHOWN - 1] + "…"
     return f"{_published(message)}  {why}  from message {origin}  {text}"

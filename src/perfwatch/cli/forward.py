@@ -184,7 +184,14 @@ def forward(
             consumer_type=pulsar.ConsumerType.Shared,
             initial_position=source.initial_position,
         )
-        dead_letter = client.create_producer(undeliverable_topic)
+        try:
+            dead_letter = client.create_producer(undeliverable_topic)
+        except pulsar.TopicNotFound:
+            consumer.close()
+            raise InputError(
+                f"--undeliverable-topic {undeliverable_topic}: the broker has no such topic "
+                "and does not create it; check that its tenant and namespace exist"
+            ) from None
         sender = WebhookSender(
             webhook,
             max_attempts=max_attempts,
@@ -237,7 +244,8 @@ def _keep_undeliverable(handle: BrokerHandle, config: Config, topic: str) -> Non
     if handle.admin_url is None:
         report(
             f"no --admin-url: {topic} keeps undeliverable verdicts only as long as its "
-            "namespace's retention says",
+            "namespace's retention says, which on a new Pulsar namespace is not at all; "
+            "give --admin-url (broker.admin_url) to set the topic's retention",
             level="warning",
         )
         return

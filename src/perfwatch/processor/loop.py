@@ -71,6 +71,10 @@ _MAX_PROPERTY_CHARS = 8192
 _HOUSEKEEPING_INTERVAL_S = 5.0
 
 
+# How long a connection must hold, with nothing received, to count as back.
+RECONNECTED_AFTER_S = 5.0
+
+
 class ProcessorError(RuntimeError):
     """The processor cannot start or continue as configured."""
 
@@ -115,6 +119,7 @@ class Processor:
         self._settled: set[str] = set()  # ids of the batch's messages acked or nacked
         self._subscribe_again = False  # a broker failure since the last subscription
         self._lost_at: float | None = None  # when the subscription's connection was lost
+        self._back_at: float | None = None  # since when it has been connected again
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -231,7 +236,7 @@ class Processor:
         if self._publisher is None:
             return
         self.metrics.broker_connected.set(0)
-        self._lost_at = None  # let go of, not lost
+        self._lost_at = self._back_at = None  # let go of, not lost
         for port in (self._publisher, self._dead_letters, self._records):
             try:
                 port.close()
@@ -271,7 +276,7 @@ class Processor:
         except BrokerUnavailable as err:
             self._back_off("receiving records", err)
             return 0
-        self._note_connection(bool(messages) or self._records.connected())
+        self._note_connection(self._records.connected(), receiving=bool(messages))
         if not messages:
             return 0
         received = time.monotonic()
@@ -322,23 +327,37 @@ class Processor:
             except BrokerUnavailable:
                 return  # unacknowledged, they are redelivered once the connection is back
 
-    def _note_connection(self, connected: bool) -> None:
+    def _note_connection(self, connected: bool, *, receiving: bool) -> None:
         """Say when the subscription's connection is lost and when it is back: the client
-        reconnects by itself, and receives nothing and raises nothing meanwhile."""
-        self.metrics.broker_connected.set(1 if connected else 0)
-        if connected and self._lost_at is not None:
-            log.info(
-                "the connection to the broker is back",
-                extra={"outage_s": round(time.monotonic() - self._lost_at, 1)},
-            )
-            self._lost_at = None
-        elif not connected and self._lost_at is None:
-            self._lost_at = time.monotonic()
+        reconnects by itself, and receives nothing and raises nothing meanwhile.
+
+        Back means receiving, or connected for `RECONNECTED_AFTER_S`: a broker shutting
+        down lets the client connect once more before it goes, one outage, not two."""
+        now = time.monotonic()
+        if self._lost_at is None:
+            if connected or receiving:
+                self.metrics.broker_connected.set(1)
+                return
+            self._lost_at = now
+            self.metrics.broker_connected.set(0)
             self.metrics.broker_failures.inc()
             log.error(
                 "the connection to the broker was lost; the client reconnects",
                 extra={"topic": self.config.topics.records},
             )
+            return
+        if not (connected or receiving):
+            self._back_at = None
+            return
+        if self._back_at is None:
+            self._back_at = now
+        if receiving or now - self._back_at >= RECONNECTED_AFTER_S:
+            log.info(
+                "the connection to the broker is back",
+                extra={"outage_s": round(self._back_at - self._lost_at, 1)},
+            )
+            self._lost_at = self._back_at = None
+            self.metrics.broker_connected.set(1)
 
     def _back_off(self, doing: str, err: Exception) -> None:
         """Leave the broker alone for a while, longer after each failure in a row."""

@@ -23,6 +23,7 @@ import pulsar
 import pytest
 
 from perfwatch.adapters.pulsar import pulsar_processor
+from perfwatch.brokers.admin import admin_request
 from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.config import Config
 from perfwatch.contract.timestamps import format_rfc3339
@@ -239,6 +240,14 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def applied(admin_url: str, topic: str, policy: str) -> object:
+    """The topic's policy as the broker applies it (its own or the namespace's)."""
+    path = "/admin/v2/" + topic.replace("://", "/", 1) + f"/{policy}?applied=true"
+    status, body = admin_request(admin_url, "GET", path)
+    assert status == 200, (path, status, body)
+    return orjson.loads(body)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:

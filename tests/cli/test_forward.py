@@ -17,7 +17,7 @@ import pulsar
 import pytest
 from click.testing import CliRunner, Result
 
-from _processor_support import wait_until
+from _processor_support import applied, wait_until
 from _verdict_samples import INCIDENT_COMMIT, IncidentStream, verdict
 from perfwatch.adapters.alert_groups import AlertGroups
 from perfwatch.adapters.verdict_feed import VerdictFilter, summary_fields
@@ -28,7 +28,6 @@ from perfwatch.adapters.webhook import (
     forward_verdicts,
     slack_payload,
 )
-from perfwatch.brokers.admin import admin_request
 from perfwatch.brokers.handle import BrokerHandle, make_client
 from perfwatch.cli.main import main
 from perfwatch.contract.codec import dumps
@@ -639,7 +638,8 @@ def test_the_undeliverable_topic_gets_the_retention_serve_gives_its_topics(
     assert kept.exit_code == 0, kept.output
     assert "warning" not in kept.stderr
     wanted = {"retentionTimeInMinutes": 90, "retentionSizeInMB": 7}
-    wait_until(lambda: _applied_retention(pulsar_broker, undeliverable) == wanted, 30, "retention")
+    admin, full_name = pulsar_broker.admin_url, f"persistent://{undeliverable}"
+    wait_until(lambda: applied(admin, full_name, "retention") == wanted, 30, "retention")
 
     nowhere = f"persistent://public/missing-{topic.rsplit('/', 1)[-1]}/dlq"
     missing = CliRunner().invoke(main, [*command, "--undeliverable-topic", nowhere])
@@ -655,11 +655,3 @@ def test_the_undeliverable_topic_gets_the_retention_serve_gives_its_topics(
         f"perfwatch forward: warning: {undeliverable}: could not create the topic; its "
         "policies cannot be set before it exists (no answer: "
     ) in refused.stderr
-
-
-def _applied_retention(broker: BrokerHandle, topic: str) -> object:
-    assert broker.admin_url is not None
-    path = f"/admin/v2/persistent/{topic}/retention?applied=true"
-    status, body = admin_request(broker.admin_url, "GET", path)
-    assert status == 200, (path, status, body)
-    return orjson.loads(body)

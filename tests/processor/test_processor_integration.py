@@ -27,6 +27,7 @@ from click.testing import CliRunner
 
 from _processor_support import (
     ServeProcess,
+    applied,
     batch_beliefs,
     beliefs_from_verdicts,
     check_verdicts_on_topic,
@@ -335,14 +336,6 @@ def _publish_with_own_client(broker: BrokerHandle, topic: str, messages: list) -
         publish(client, topic, messages)
     finally:
         client.close()
-
-
-def applied(admin_url: str, topic: str, policy: str) -> object:
-    """The topic's policy as the broker applies it (its own or the namespace's)."""
-    path = "/admin/v2/" + topic.replace("://", "/", 1) + f"/{policy}?applied=true"
-    status, body = admin_request(admin_url, "GET", path)
-    assert status == 200, (path, status, body)
-    return orjson.loads(body)
 
 
 def set_namespace_retention(admin_url: str, topic: str) -> None:

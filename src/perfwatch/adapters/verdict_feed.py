@@ -220,8 +220,7 @@ def pvalue_text(value: Any) -> str:
 
 def _member_of(incident: Mapping[str, Any], series: Mapping[str, Any]) -> Mapping[str, Any]:
     """The incident's member block of `series` (empty when it is not a member: it left)."""
-    members = incident.get("members")
-    for member in members if isinstance(members, list) else []:
+    for member in listed(incident, "members"):
         if isinstance(member, Mapping) and all(
             member.get(key) == series.get(key) for key in ("test", "metric", "attributes")
         ):

@@ -119,10 +119,9 @@ def _owned(record: dict[str, int]) -> bool:
     return parent_pid(record["pid"]) == record["owner_pid"]
 
 
-def holds_broker_data(data_dir: str | Path | None = None) -> bool:
-    """Whether a broker ever ran on `data_dir` (default folder when None): it has data."""
-    folder = Path(data_dir) if data_dir is not None else default_data_dir()
-    return (folder / DB_FOLDER).exists()
+def holds_broker_data(data_dir: Path) -> bool:
+    """Whether a broker ever ran on `data_dir`: it has data."""
+    return (data_dir / DB_FOLDER).exists()
 
 
 def find_running_broker(data_dir: str | Path | None = None) -> str | None:

@@ -32,14 +32,18 @@ class BrokerUnreachable(BrokerError):
         self.problem = problem
 
 
+# What a command says of a topic whose namespace is missing (or where topics are not
+# created automatically): a mistake in the configuration, not an outage.
+NO_SUCH_TOPIC = (
+    "the broker has no such topic and does not create it; check that its tenant and namespace exist"
+)
+
+
 class UnknownTopic(BrokerError):
     """The broker answered that the topic does not exist and it does not create it there."""
 
     def __init__(self, topic: str) -> None:
-        super().__init__(
-            f"topic {topic}: the broker has no such topic and does not create it; check "
-            "that its tenant and namespace exist"
-        )
+        super().__init__(f"topic {topic}: {NO_SUCH_TOPIC}")
 
 
 class BrokerCapabilityError(BrokerError):

@@ -76,9 +76,7 @@ def connected_broker(
     )
     try:
         with open_broker(
-            config.broker.url,
-            data_dir=config.broker.embedded_data_dir,
-            admin_url=config.broker.admin_url,
+            config.broker.url, data_dir=folder, admin_url=config.broker.admin_url
         ) as handle:
             if new_folder:
                 report(

@@ -163,7 +163,9 @@ def forward(
 
     import pulsar
 
-    def report(message: pulsar.Message, outcome: str) -> None:
+    from perfwatch.brokers.handle import NO_SUCH_TOPIC
+
+    def tell_outcome(message: pulsar.Message, outcome: str) -> None:
         click.echo(f"{_verdict_name(message)}: {outcome}", err=True)
 
     # SIGTERM (a service manager stopping it) ends the input as --limit does: the verdict
@@ -189,8 +191,7 @@ def forward(
         except pulsar.TopicNotFound:
             consumer.close()
             raise InputError(
-                f"--undeliverable-topic {undeliverable_topic}: the broker has no such topic "
-                "and does not create it; check that its tenant and namespace exist"
+                f"--undeliverable-topic {undeliverable_topic}: {NO_SUCH_TOPIC}"
             ) from None
         sender = WebhookSender(
             webhook,
@@ -215,7 +216,7 @@ def forward(
                     style="raw" if payload == "raw" else "slack",
                     template=template,
                     verdict_filter=source.verdict_filter,
-                    on_outcome=report,
+                    on_outcome=tell_outcome,
                     groups=AlertGroups(group_wait, group_interval) if grouping else None,
                 )
         finally:

@@ -326,6 +326,23 @@ def test_raw_payload_is_the_published_verdict(
     result = _forward_raw(each_broker, topic, webhook, "--from-earliest", "--limit", "1")
     assert result.exit_code == 0, result.output
     assert webhook.requests == [(payload, "application/json")]
+    assert "no verdict" not in result.stderr
+    # a --test that matches nothing read would never post: said when forwarding ends
+    client.create_producer(topic).send(dumps(verdict("recommendation")))
+    typo = _forward_raw(
+        each_broker,
+        topic,
+        webhook,
+        "--from-earliest",
+        "--idle-timeout",
+        "1",
+        "--all-events",
+        "--test",
+        "nope",
+    )
+    assert typo.exit_code == 0, typo.output
+    assert len(webhook.requests) == 1
+    assert "no verdict of the 1 read is of a test matching --test 'nope'" in typo.stderr
 
 
 def _forward_raw(broker: BrokerHandle, topic: str, webhook: Webhook, *options: str) -> Result:

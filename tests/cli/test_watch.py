@@ -237,6 +237,26 @@ def test_replay_shows_a_verdict_published_twice_once(
     assert result.stdout_bytes.splitlines() == [twice, once]
 
 
+def test_a_test_glob_that_matches_no_verdict_read_is_named_at_the_end(
+    each_broker: BrokerHandle, client: pulsar.Client, unique_topic: Callable[[str], str]
+) -> None:
+    topic = unique_topic("verdicts")
+    _produce(client, topic, [dumps(verdict(test="svc/search")), dumps(verdict(test="svc/io"))])
+    arguments = ["watch", *_on(each_broker, topic), "--from-earliest", "--idle-timeout", "1"]
+    typo = CliRunner().invoke(main, [*arguments, "--test", "svc/serach", "--test", "web/*"])
+    assert typo.exit_code == 0, typo.output
+    assert typo.stdout == ""
+    assert "0 verdict(s) shown of 2 read" in typo.stderr
+    assert "no verdict of the 2 read is of a test matching --test 'svc/serach', 'web/*'" in (
+        typo.stderr
+    )
+    found = CliRunner().invoke(main, [*arguments, "--test", "svc/s*"])
+    assert found.exit_code == 0, found.output
+    assert len(found.stdout.splitlines()) == 1
+    assert "1 verdict(s) shown of 2 read" in found.stderr
+    assert "no verdict" not in found.stderr
+
+
 def test_parse_since() -> None:
     now = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
     assert parse_since("90s", now) == now - timedelta(seconds=90)

@@ -224,6 +224,10 @@ def test_bad_input_is_dead_lettered_with_its_reason(
         assert properties["perfwatch.source.topic"] == topics["records"]
         assert properties["perfwatch.consumer"] == config.consumer.name
     assert len(store.series_points(store.series_keys()[0])) == len(good)
+    # a syntax error says where, as `publish` does for a file
+    assert (
+        dead["invalid_json"].properties()["perfwatch.error.message"].endswith("(line 1 column 34)")
+    )
 
     # What an operator reads of them: `perfwatch dead-letters`, oldest first.
     command = ["dead-letters", "--pulsar-url", each_broker.service_url]

@@ -205,6 +205,31 @@ def concerns_tests(verdict: Mapping[str, Any], globs: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(test, glob) for test in tests for glob in globs)
 
 
+@dataclass
+class MatchedTests:
+    """The verdicts a reader read, and of them those of a test matching `globs`:
+    a --test that matched none of them is likely mistyped, which a filter alone never
+    shows (it passes nothing, as it would with no verdict of that test yet)."""
+
+    globs: Sequence[str]
+    read: int = 0
+    matched: int = 0
+
+    def note(self, verdict: Mapping[str, Any]) -> None:
+        self.read += 1
+        self.matched += concerns_tests(verdict, self.globs)
+
+    def unmatched(self) -> str | None:
+        """What to warn of when reading ends: None unless `globs` matched no verdict read."""
+        if not self.globs or not self.read or self.matched:
+            return None
+        quoted = ", ".join(repr(glob) for glob in self.globs)
+        return (
+            f"no verdict of the {self.read} read is of a test matching --test {quoted}: "
+            "check the name (a glob on the test id, such as 'tests/test_io.py::*')"
+        )
+
+
 # Characters of a commit a message shows (the dashboard shows as many).
 COMMIT_CHARS = 12
 

@@ -14,14 +14,19 @@ import string
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import orjson
 
 from perfwatch.adapters.alert_groups import AlertGroups, DueGroup
-from perfwatch.adapters.verdict_feed import SeenVerdicts, VerdictFilter, summary_fields
+from perfwatch.adapters.verdict_feed import (
+    MatchedTests,
+    SeenVerdicts,
+    VerdictFilter,
+    summary_fields,
+)
 
 if TYPE_CHECKING:
     import pulsar
@@ -62,18 +67,18 @@ def check_template(template: str) -> str:
         parts = list(string.Formatter().parse(template))
     except ValueError as error:
         raise TemplateError(f"template {template!r}: {error}") from None
-    for _, field, spec, conversion in parts:
-        if field is None:
+    for _, name, spec, conversion in parts:
+        if name is None:
             continue
-        if field not in TEMPLATE_FIELDS:
+        if name not in TEMPLATE_FIELDS:
             raise TemplateError(
-                f"template {template!r}: unknown field {{{field}}}; "
+                f"template {template!r}: unknown field {{{name}}}; "
                 f"use plain fields among {', '.join(TEMPLATE_FIELDS)}"
             )
         if spec or conversion:
             # the fields are strings: a numeric spec (:.1f) would fail only when posting
             raise TemplateError(
-                f"template {template!r}: field {{{field}}} takes no format spec or "
+                f"template {template!r}: field {{{name}}} takes no format spec or "
                 "conversion; write it plain"
             )
     return template
@@ -166,6 +171,7 @@ class ForwardStats:
     skipped: int = 0
     grouped: int = 0  # verdicts acknowledged with their incident's message (or its no news)
     left_unacknowledged: int = 0  # held by a message whose retries a stop cut short
+    tests: MatchedTests = field(default_factory=lambda: MatchedTests(()))
 
 
 def forward_verdicts(
@@ -201,7 +207,7 @@ def forward_verdicts(
     verdict_filter = verdict_filter or VerdictFilter()
     grouping_filter = replace(verdict_filter, alerts_only=False)
     seen = SeenVerdicts()
-    stats = ForwardStats()
+    stats = ForwardStats(tests=MatchedTests(verdict_filter.tests))
 
     def settle(message: pulsar.Message, outcome: str | None) -> None:
         """Acknowledge; `on_outcome` hears of it unless `outcome` is None (a verdict left
@@ -246,6 +252,7 @@ def forward_verdicts(
             settle(message, _dead_letter(dead_letter, message, f"not a verdict: {error}", 0))
             stats.dead_lettered += 1
         else:
+            stats.tests.note(verdict)
             if not seen.first_time(verdict):
                 stats.skipped += 1
                 settle(message, None)  # this verdict id was already forwarded

@@ -234,6 +234,8 @@ def forward(
                 "unacknowledged, delivered again when forwarding resumes"
             )
         click.echo(summary, err=True)
+        if (unmatched := stats.tests.unmatched()) is not None:
+            report(unmatched, level="warning")
 
 
 def _keep_undeliverable(handle: BrokerHandle, config: Config, topic: str) -> None:

@@ -16,6 +16,7 @@ import orjson
 
 from perfwatch.adapters.verdict_feed import (
     KINDS,
+    MatchedTests,
     ReaderFeed,
     SeenVerdicts,
     VerdictFilter,
@@ -269,12 +270,15 @@ def watch(
         click.echo(f"watching {source.topic} from {source.describe_start()}", err=True)
         shown = 0
         seen = SeenVerdicts()
+        tests = MatchedTests(source.verdict_filter.tests)
         try:
             with stop.polled():
                 for message in receive_messages(
                     feed, idle_timeout_s=source.idle_timeout_s, stop=stop
                 ):
                     verdict = decode_verdict(message)
+                    if verdict is not None:
+                        tests.note(verdict)
                     if (
                         verdict is not None
                         and source.verdict_filter.accepts(verdict)
@@ -292,3 +296,6 @@ def watch(
         finally:
             with suppress(pulsar.PulsarException):
                 feed.close()
+        click.echo(f"{shown} verdict(s) shown of {tests.read} read", err=True)
+        if (unmatched := tests.unmatched()) is not None:
+            report(unmatched, level="warning")

@@ -78,14 +78,20 @@ class RecordError(ValueError):
         line: int | None = None,
         column: int | None = None,
     ) -> None:
-        where = "" if line is None else f" (line {line} column {column})"
-        super().__init__(f"{path}: {message}{where}")
         self.kind = kind
         self.path = path
         self.message = message
         self.problems: tuple[Problem, ...] = tuple(problems) or (Problem(path, message, kind),)
         self.line = line
         self.column = column
+        super().__init__(f"{path}: {self.located_message}")
+
+    @property
+    def located_message(self) -> str:
+        """The message, with the line and column of a JSON syntax error."""
+        if self.line is None:
+            return self.message
+        return f"{self.message} (line {self.line} column {self.column})"
 
     @classmethod
     def from_problems(cls, problems: Sequence[Problem]) -> RecordError:

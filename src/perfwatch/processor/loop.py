@@ -376,7 +376,7 @@ class Processor:
         try:
             return parse_record(message.payload, max_bytes=self.config.consumer.max_record_bytes)
         except RecordError as err:
-            self._dead_letter(message, str(err.kind), err.path, err.message)
+            self._dead_letter(message, str(err.kind), err.path, err.located_message)
             return None
 
     def _process(

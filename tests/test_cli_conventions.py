@@ -506,7 +506,8 @@ CLIENTS_AFTER_THE_CHECK = """
 import sys, time, pulsar
 from perfwatch.brokers.handle import BrokerHandle, connect_client
 from perfwatch.config import BrokerConfig
-client = connect_client(BrokerHandle(sys.argv[1], None, "embedded"), BrokerConfig(), topic="lost")
+handle, settings = BrokerHandle(sys.argv[1], None, "embedded"), BrokerConfig(log_level=sys.argv[2])
+client = connect_client(handle, settings, topic="lost")
 reader = client.create_reader("lost", pulsar.MessageId.latest)
 print("following", flush=True)
 sys.stdin.readline()  # the broker is stopped: the client's reconnection attempts fail
@@ -514,22 +515,27 @@ time.sleep(3)
 """
 
 
-def test_client_log_lines_after_the_connection_check_keep_the_default_level(
-    tmp_path: Path,
+@pytest.mark.parametrize("level", ["warning", "off"])
+def test_client_log_lines_after_the_connection_check_keep_the_chosen_level(
+    tmp_path: Path, level: str
 ) -> None:
     """The Pulsar client keeps a process's first logger for all its clients: a quiet
-    connection check would silence every client after it."""
+    connection check would silence every client after it. Turned off, none of them
+    writes a line for its failed reconnections."""
     from perfwatch.brokers import open_broker
 
     with open_broker(None, data_dir=tmp_path / "broker") as broker:
         process = subprocess.Popen(
-            [sys.executable, "-c", CLIENTS_AFTER_THE_CHECK, broker.service_url],
+            [sys.executable, "-c", CLIENTS_AFTER_THE_CHECK, broker.service_url, level],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert process.stdout is not None
         assert process.stdout.readline() == "following\n"
     _, stderr = process.communicate("\n", timeout=60)
-    assert " ERROR [" in stderr and "Connection refused" in stderr, stderr
+    if level == "off":
+        assert stderr == ""
+    else:
+        assert " ERROR [" in stderr and "Connection refused" in stderr, stderr
 
 
 def _dashboard_run(

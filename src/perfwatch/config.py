@@ -45,6 +45,9 @@ Direction = Literal["higher_is_better", "lower_is_better"]
 DIRECTIONS: tuple[str, ...] = get_args(Direction)
 LogLevel = Literal["debug", "info", "warning", "error"]
 LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
+# The Pulsar client's own lines can also be turned off: during an outage it writes one
+# for each attempt to reconnect, and a processor reports the outage itself.
+ClientLogLevel = Literal["debug", "info", "warning", "error", "off"]
 # The methods of perfwatch.detectors.inputs.InputClustering (not imported: it loads scikit-learn).
 ClusteringMethod = Literal["dbscan", "kmeans", "gmm", "agglomerative"]
 INPUT_CLUSTERING_METHODS: tuple[str, ...] = get_args(ClusteringMethod)
@@ -158,11 +161,11 @@ class BrokerConfig(Section):
         "How long to wait for the broker's first answer before giving up (exit status 3).",
         gt=0,
     )
-    log_level: LogLevel = setting(
+    log_level: ClientLogLevel = setting(
         "warning",
-        "Lowest level of the Pulsar client's own log lines (written to stderr). Those of the "
-        "connection attempts perfwatch reports itself (the first connection: one error line; "
-        "the dashboard's: one warning an outage) only at debug or info.",
+        "Lowest level of the Pulsar client's own log lines (written to stderr); off: none. "
+        "Those of the connection attempts perfwatch reports itself (the first connection: one "
+        "error line; the dashboard's: one warning an outage) only at debug or info.",
     )
 
     @property

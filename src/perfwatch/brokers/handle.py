@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -127,18 +128,22 @@ def make_client(
     """A `pulsar.Client` for a handle or a service URL; every perfwatch client is made here.
 
     TLS is used for ``pulsar+ssl://`` URLs. The client's own log lines of
-    `log_level` (debug, info, warning, error) and above go to stderr. The Pulsar client
-    keeps the logger of a process's first client (level and file) for every later one,
-    so every client of a command gets the same level.
+    `log_level` (debug, info, warning, error) and above go to stderr; "off": nowhere.
+    The Pulsar client keeps the logger of a process's first client (level and file) for
+    every later one, so every client of a command gets the same level.
     """
     service_url = broker.service_url if isinstance(broker, BrokerHandle) else broker
+    if log_level == "off":
+        logger = pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull)
+    else:
+        logger = pulsar.FileLogger(_CLIENT_LOG_LEVELS[log_level], CLIENT_LOG_PATH)
     return pulsar.Client(
         service_url,
         authentication=pulsar.AuthenticationToken(auth_token) if auth_token else None,
         operation_timeout_seconds=operation_timeout_seconds,
         tls_trust_certs_file_path=str(tls_trust_certs_file) if tls_trust_certs_file else None,
         tls_allow_insecure_connection=tls_allow_insecure,
-        logger=pulsar.FileLogger(_CLIENT_LOG_LEVELS[log_level], CLIENT_LOG_PATH),
+        logger=logger,
         **client_options,
     )
 

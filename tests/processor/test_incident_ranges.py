@@ -58,16 +58,22 @@ T0 = datetime(2024, 1, 1, 2, 0, tzinfo=UTC)
 Message = tuple[str, bytes]
 
 
-def commit(run: int) -> str:
-    return f"c{run:05d}"
+def commit(run: int, repository: str = "") -> str:
+    return f"{repository}c{run:05d}"
 
 
 def series(
-    test: str, *, step_at: int | None, every: int = 1, minutes: int = 0, seed: int = 0
+    test: str,
+    *,
+    step_at: int | None,
+    every: int = 1,
+    minutes: int = 0,
+    seed: int = 0,
+    repository: str | None = None,
 ) -> list[Message]:
     """A series' records in run order: runs 0, every, 2 * every, ...; a step up at
     run `step_at`; each run `minutes` off the hour (jobs of one commit run at
-    different times)."""
+    different times); with `repository`, that repository's commits."""
     rng = np.random.default_rng(seed)
     messages = []
     for run in range(0, RUNS, every):
@@ -76,8 +82,9 @@ def series(
             "schema": RECORD_SCHEMA,
             "test": test,
             "run_id": f"{test}#{run}",
-            "commit": commit(run),
+            "commit": commit(run, repository or ""),
             "branch": "main",
+            **({"attributes": {"repository": repository}} if repository else {}),
             "timestamp": format_rfc3339(T0 + timedelta(hours=run, minutes=minutes)),
             "metrics": {
                 "latency_ms": {
@@ -112,7 +119,10 @@ def shuffled(streams: Sequence[Sequence[Message]], seed: int) -> list[Message]:
 
 
 def stream(
-    store_url: str, records: Sequence[Message], incident_open_days: float = 90.0
+    store_url: str,
+    records: Sequence[Message],
+    incident_open_days: float = 90.0,
+    identifying: tuple[str, ...] = ("branch",),
 ) -> list[dict[str, Any]]:
     """The verdicts one processor publishes for `records`, in order."""
     topic = MemoryRecordTopic(batch_size=10)
@@ -121,7 +131,8 @@ def stream(
     sink = MemoryVerdictSink()
     config = processor_config(store_url, TOPICS)
     verdicts = config.verdicts.model_copy(update={"incident_open_days": incident_open_days})
-    config = config.model_copy(update={"verdicts": verdicts})
+    keys = config.series.model_copy(update={"identifying_attributes": identifying})
+    config = config.model_copy(update={"verdicts": verdicts, "series": keys})
     with open_store(config.store.url) as store:
         assert not drain(config, store, topic, sink).messages
     verdicts = [orjson.loads(verdict.payload) for verdict in sink.verdicts]
@@ -204,6 +215,26 @@ def test_neighbouring_and_distant_commits_stay_apart(tmp_path: Path) -> None:
         incident_id(commit(80)): {"later"},
     }
     assert all(e["kind"] == "incident.opened" for e in verdicts if e["kind"].startswith("inc"))
+
+
+def test_repositories_sharing_a_topic_and_a_branch_name_keep_their_incidents_apart(
+    tmp_path: Path,
+) -> None:
+    # another repository's nightly job: its range of its own commits spans the hour
+    # in which every's culprit ran, on a branch called "main" too
+    billing = series("billing", step_at=61, every=2, seed=3, repository="billing-")
+    shop = series("every", step_at=61, seed=1, repository="shop-")
+    keyed = ("branch", "repository")
+    verdicts = stream(
+        f"sqlite:///{tmp_path / 'apart.db'}", by_run(shop, billing), identifying=keyed
+    )
+    assert grouped_tests(final(verdicts)) == {
+        incident_id(commit(61, "shop-")): {"every"},
+        incident_id(commit(62, "billing-")): {"billing"},
+    }
+    # the same records without the repository in the series key: one "main", by time
+    merged = stream(f"sqlite:///{tmp_path / 'one.db'}", by_run(shop, billing))
+    assert grouped_tests(final(merged)) == {incident_id(commit(61, "shop-")): {"every", "billing"}}
 
 
 def test_a_finding_that_bridges_two_incidents_merges_them_into_the_earlier(

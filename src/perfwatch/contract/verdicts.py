@@ -420,6 +420,17 @@ def leaves_incident(change: BeliefChange) -> ChangePointEvidence | None:
     return change.previous if confirmed_before else None
 
 
+def commit_line(attributes: Mapping[str, str]) -> str | None:
+    """The line of commits a series' runs are placed on by time: its `branch`, within
+    its `repository` when the series names one (an identifying attribute then), so
+    that repositories publishing to one topic do not share a "main"."""
+    branch = attributes.get("branch")
+    repository = attributes.get("repository")
+    if repository is None:
+        return branch
+    return f"{repository} {branch or ''}"  # a git branch name holds no space
+
+
 @dataclass(frozen=True)
 class CommitRange:
     """The commits a finding's change may have come in: those after `after`, the
@@ -429,9 +440,9 @@ class CommitRange:
     Commits have no order of their own: a commit is placed by the runs that
     carry it, at their timestamps (`after_time`, `last_time`: epoch seconds of
     the series' two runs). A series that skipped commits has a range spanning
-    them. Time places commits on one branch only (`branch`, the series'; None
-    when series name none): runs of two branches in the same hour are no
-    neighbours in any history.
+    them. Time places commits on one branch only (`branch`, the series' `commit_line`;
+    None when series name none): runs of two branches, or of two repositories, in
+    the same hour are no neighbours in any history.
     """
 
     last: str

@@ -34,6 +34,7 @@ from perfwatch.contract.verdicts import (
     Incident,
     SuspicionKind,
     advance_findings,
+    commit_line,
     episodes_of,
     incident_commit,
     incident_verdict,
@@ -546,7 +547,7 @@ class ChangePointHandler:
         current = move.change.current
         assert current is not None and current.commit is not None
         last_time = current.time.timestamp()
-        branch = move.series.attributes.get("branch")
+        branch = commit_line(move.series.attributes)
         if current.index == 0:
             return CommitRange(current.commit, last_time, branch=branch)
         (run_before,) = tx.points(move.series_id, current.index - 1, current.index)

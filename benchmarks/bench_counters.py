@@ -85,8 +85,8 @@ def counters(seed: int, count: int, observations: int) -> CounterSamples:
 
 
 def literal_redundancy(values: np.ndarray, threshold: float) -> list[int]:
-    """The redundancy analysis loop of Shang et al. (ICPE 2015) as written: one OLS per
-    remaining counter per removal."""
+    """The redundancy analysis loop of the clustered-counters paper (Shang et al.) as
+    written: one OLS per remaining counter per removal."""
     present = list(range(values.shape[1]))
     removed = []
     while len(present) > 1:

@@ -1,9 +1,11 @@
 """Evaluation of the clustered-counter regression check in the manner of Shang et al.
 
-Repeats the design of Shang et al. (ICPE 2015, sections 5-7) on generated counter data
-shaped like their Dell DVD Store (DS2) study, and prints their Table 4 (prediction error
-per cluster, largest per run) next to the two traditional approaches they compare with:
-one model for a fixed counter (CPU, then memory) and a statistical test on every counter.
+Repeats the design of Shang, Hassan, Nasser and Flora, "Automated Detection of Performance
+Regressions Using Regression Models on Clustered Performance Counters" (sections 5-7) on
+generated counter data shaped like their Dell DVD Store (DS2) study, and prints their
+Table 4 (prediction error per cluster, largest per run) next to the two traditional
+approaches they compare with: one model for a fixed counter (CPU, then memory) and a
+statistical test on every counter.
 
     python benchmarks/eval_counters.py [--seed 2015] [--robustness N] [--set NAME=VALUE] [--json]
 

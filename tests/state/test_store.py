@@ -331,6 +331,17 @@ def test_bad_urls_are_reported(tmp_path: Path, url: str, message: str) -> None:
     assert message in str(raised.value)
 
 
+def test_a_sqlite_path_may_start_at_the_home_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path.parent)
+    with open_store("sqlite:///~/home.db") as store:
+        add(store, KEY, "r1", 1.0)
+    assert (tmp_path / "home.db").is_file()
+    assert not (tmp_path.parent / "~").exists()  # not a folder named "~"
+
+
 @pytest.mark.postgres
 def test_postgres_series_lock_serialises_two_processors(postgres_url: str) -> None:
     events: list[str] = []

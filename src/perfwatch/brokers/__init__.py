@@ -46,7 +46,7 @@ def open_broker(
     """Yield a handle to a broker; brokers started here are stopped on exit.
 
     `data_dir` is the embedded broker's folder (default
-    ``~/.local/share/perfwatch/embedded``) or the standalone's data folder (default:
+    ``$XDG_DATA_HOME/perfwatch/embedded``) or the standalone's data folder (default:
     a fresh temporary folder, deleted on exit).
     """
     if url is None or url == "embedded":

@@ -5,7 +5,8 @@ binary protocol, so perfwatch uses the same `pulsar-client` code against it as
 against Apache Pulsar. What it does and does not support is measured in
 tests/brokers/test_embedded_broker.py and summarised in docs/brokers.md.
 
-Layout of the data folder (default ``~/.local/share/perfwatch/embedded``)::
+Layout of the data folder (default ``$XDG_DATA_HOME/perfwatch/embedded``, else
+``~/.local/share/perfwatch/embedded``)::
 
     pulsar-lite.toml   written before every start: warn-level logs, metrics off
     broker.rocksdb/    the broker's data (RocksDB; locked while a broker runs)

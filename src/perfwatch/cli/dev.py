@@ -139,7 +139,8 @@ def pulsar_standalone(
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Broker data folder [default: ~/.local/share/perfwatch/embedded].",
+    help="Broker data folder [default: $XDG_DATA_HOME/perfwatch/embedded, else "
+    "~/.local/share/perfwatch/embedded].",
 )
 @click.option("--port", type=click.IntRange(1, 65535), help="Broker port [default: a free one].")
 def embedded(data_dir: Path | None, port: int | None) -> None:

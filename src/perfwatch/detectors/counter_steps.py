@@ -1,12 +1,12 @@
 """The clustered-counter regression check's steps, as pure functions over arrays.
 
 After Shang, Hassan, Nasser and Flora, "Automated Detection of Performance
-Regressions Using Regression Models on Clustered Performance Counters" (ICPE
-2015): fill gaps and cut warm-up (``fill_missing``, ``steady_state_window``),
-reduce the counters (``redundancy_analysis``, ``pairwise_redundancy``),
-cluster them (``correlation_distance``, ``cluster_counters``,
-``merge_singletons``), compare distributions (``ks_statistics``) and measure
-prediction errors (``block_means``, ``percentage_error``).  The estimator that
+Regressions Using Regression Models on Clustered Performance Counters": fill gaps
+and cut warm-up (``fill_missing``, ``steady_state_window``), reduce the counters
+(``redundancy_analysis``, ``pairwise_redundancy``), cluster them
+(``correlation_distance``, ``cluster_counters``, ``merge_singletons``), compare
+distributions (``ks_statistics``) and measure prediction errors (``block_means``,
+``percentage_error``).  The estimator that
 chains them is ``perfwatch.detectors.counters.CounterRegressionCheck``.
 """
 

@@ -1,6 +1,6 @@
 """Clustered-counter regression check, after Shang, Hassan, Nasser and Flora,
 "Automated Detection of Performance Regressions Using Regression Models on
-Clustered Performance Counters" (ICPE 2015).
+Clustered Performance Counters".
 
 A run's performance counters are compared with a baseline of good runs of the same test:
 

@@ -3,11 +3,13 @@
     EDivisive(window_len=50).fit(values).change_points_ -> list[ChangePoint]
     detect_change_points(values, EDivisiveParams()) -> the same list
 
-Algorithm (Fleming et al., "Hunter", ICPE 2023; Otava 0.8):
+Algorithm (Fleming et al., "Hunter: Using Change Point Detection to Hunt for Performance
+Regressions"; Otava 0.8):
 
 1. *Split.*  Windows of ``window_len`` points advance by half a window (or to
    the last change point a window found, if that is further).  Inside a
-   window, E-Divisive (Matteson & James, alpha = 1) picks the split that
+   window, E-Divisive (Matteson and James, "A Nonparametric Approach
+   for Multiple Change Point Analysis of Multivariate Data", alpha = 1) picks the split that
    maximises the energy divergence over every (split, segment end) pair of the
    interval, and keeps it while a two-sided pooled-variance Student t-test
    between the two halves passes a *relaxed* threshold (10 x max_pvalue if

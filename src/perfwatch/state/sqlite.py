@@ -14,12 +14,13 @@ SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
 
 
 def sqlite_path(url: str) -> Path:
-    """The file of a `sqlite:///PATH` URL, its options left out."""
-    return Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+    """The file of a `sqlite:///PATH` URL, its options left out; a leading ``~`` is the
+    home folder, as in a shell (a folder literally named ``~`` is never meant)."""
+    return Path(url.removeprefix("sqlite:///").split("?", 1)[0]).expanduser()
 
 
 class SqliteStore(SqlStore):
-    """`sqlite:///relative/path.db` or `sqlite:////absolute/path.db`.
+    """`sqlite:///relative/path.db`, `sqlite:////absolute/path.db` or `sqlite:///~/path.db`.
 
     Option `?synchronous=normal|full` (default normal). In WAL mode `normal`
     keeps every commit across a crash of the process, but the last commits

@@ -223,11 +223,16 @@ def test_google_benchmark_repetitions_use_the_aggregates(
     assert [r.record["test"] for r in records] == ["scan/64", "scan/128", "counted"]
     metrics = records[0].record["metrics"]
     assert metrics["real_time"]["value"] == aggregates[("scan/64", "mean")]["real_time"]
+    # the median is a time like the mean; a spread has no direction
     assert metrics["cpu_time_median"] == {
         "value": aggregates[("scan/64", "median")]["cpu_time"],
         "unit": "ns",
+        "direction": LOWER,
     }
-    assert metrics["real_time_stddev"]["value"] == aggregates[("scan/64", "stddev")]["real_time"]
+    assert metrics["real_time_stddev"] == {
+        "value": aggregates[("scan/64", "stddev")]["real_time"],
+        "unit": "ns",
+    }
     # cv is a ratio, not a time
     assert metrics["real_time_cv"] == aggregates[("scan/64", "cv")]["real_time"]
     assert "items_per_second_median" not in metrics
@@ -250,6 +255,29 @@ def test_google_benchmark_repetitions_without_aggregates_are_averaged() -> None:
     assert located.record["attributes"] == {"executable": "bench"}
 
 
+def test_google_benchmark_skipped_failed_and_uncomputed_measure_nothing(tmp_path: Path) -> None:
+    def entry(name: str, **fields: Any) -> dict[str, Any]:
+        return {"run_name": name, "run_type": "iteration", "time_unit": "ns", **fields}
+
+    benchmarks = [
+        entry("BM_ok", real_time=10.0, cpu_time=9.0, ratio="NAN_HERE"),
+        entry("BM_gpu", real_time=0.0, cpu_time=0.0, skipped=True, skip_message="no GPU"),
+        entry("BM_err", real_time=0.0, cpu_time=0.0, error_occurred=True, error_message="x"),
+    ]
+    text = orjson.dumps({"context": {"date": "2024-05-01T02:00:00Z"}, "benchmarks": benchmarks})
+    # Google Benchmark writes a counter it could not compute as a bare NaN, which JSON has not
+    path = tmp_path / "gb.json"
+    path.write_bytes(text.replace(b'"NAN_HERE"', b"NaN"))
+    records = read_input_file(path).records
+    assert [r.record["test"] for r in records] == ["BM_ok"]
+    assert set(records[0].record["metrics"]) == {"real_time", "cpu_time"}
+    # a time that is no number is named, not dropped with its benchmark
+    benchmarks[0]["real_time"] = "fast"
+    path.write_bytes(orjson.dumps({"context": {}, "benchmarks": benchmarks}))
+    with pytest.raises(SourceError, match=r"\$\.benchmarks\[0\]\.real_time: expected a number"):
+        read_input_file(path)
+
+
 def _report(name: str) -> tuple[Any, str]:
     path = REPORTS / name
     return orjson.loads(path.read_bytes()), str(path)
@@ -265,7 +293,7 @@ def test_google_benchmark_before_1_4_aggregates_are_known_by_their_names() -> No
     hashing = by_test["BM_Hash/1024/repeats:3"]
     assert hashing["real_time"] == {"value": 10111, "unit": "ns", "direction": LOWER}
     assert hashing["bytes_per_second"] == {"value": 101381000, "unit": "B/s", "direction": HIGHER}
-    assert hashing["real_time_median"] == {"value": 10110, "unit": "ns"}
+    assert hashing["real_time_median"] == {"value": 10110, "unit": "ns", "direction": LOWER}
     assert hashing["cpu_time_stddev"] == {"value": 95, "unit": "ns"}
     # a benchmark whose own name ends in _mean, with no instance beside it, is a benchmark
     assert by_test["BM_running_mean"]["real_time"]["value"] == 312
@@ -512,10 +540,16 @@ def test_a_report_written_by_jmh_1_37_with_the_gc_profiler() -> None:
     _complete_and_validate(records)
 
 
-def test_jmh_bare_nan_is_not_json(tmp_path: Path) -> None:
-    # JMH quotes NaN; a report edited to hold a bare NaN is no JSON, and is refused as such
+def test_a_bare_nan_reads_as_jmhs_quoted_one_and_other_bad_json_is_refused(
+    tmp_path: Path,
+) -> None:
+    # JMH quotes NaN; a report rewritten by a JSON writer that allows bare NaN (Python's)
+    # holds the same: no score, so no record
     path = tmp_path / "jmh.json"
-    path.write_text('[{"benchmark": "b", "mode": "avgt", "primaryMetric": {"score": NaN}}]')
+    metric = '{"score": NaN, "scoreUnit": "ns/op"}'
+    path.write_text(f'[{{"benchmark": "b", "mode": "avgt", "primaryMetric": {metric}}}]')
+    assert read_input_file(path).records == []
+    path.write_text('[{"benchmark": "b", "mode": "avgt", "primaryMetric": {"score": 1,}}]')
     with pytest.raises(SourceError, match=r"jmh\.json: not valid JSON: .*line 1 column"):
         read_input_file(path)
 

@@ -8,11 +8,15 @@ order the report lists them:
   as plain numbers.
 - With repetitions the report carries aggregates: the `mean` aggregate gives
   the plain metric names; every other aggregate (median, stddev, cv, ...) adds
-  `real_time_<aggregate>` and `cpu_time_<aggregate>`. Without aggregates,
-  several repetitions are averaged.
-- Benchmarks that reported an error have no measurement and give no record;
-  complexity rows (BigO, RMS) are fits over several instances, not runs, and
-  are left out too.
+  `real_time_<aggregate>` and `cpu_time_<aggregate>` (lower is better for the
+  median, the minimum and the maximum; no direction for a spread such as
+  stddev or cv). Without aggregates, several repetitions are averaged.
+- Benchmarks that reported an error or were skipped (`SkipWithMessage`) have no
+  measurement and give no record; complexity rows (BigO, RMS) are fits over
+  several instances, not runs, and are left out too. A `real_time` that is not
+  a number is an error naming it.
+- A counter Google Benchmark could not compute is written as a bare `NaN` or
+  `Infinity` (not JSON, read anyway): that metric is left out of its record.
 - Reports of releases before 1.5 have no `run_name` and `run_type`: an entry
   with an `aggregate_name` (1.4), or named `<instance>_mean`, `_median` or
   `_stddev` next to its instance's other entries (before 1.4), is an aggregate
@@ -33,9 +37,10 @@ from perfwatch.readers.tool_json import (
     LOWER_IS_BETTER,
     LocatedRecord,
     expect_array,
+    expect_number,
     expect_object,
     expect_string,
-    is_number,
+    is_finite_number,
     metric,
     utc_timestamp,
 )
@@ -56,11 +61,15 @@ _DESCRIPTIVE_KEYS = {
     "aggregate_unit",
     "error_occurred",
     "error_message",
+    "skipped",
+    "skip_message",
     "label",
 }
 _RATES = {"items_per_second": "items/s", "bytes_per_second": "B/s"}
 # The only aggregates releases before 1.4 wrote, known by their name's suffix alone.
 _LEGACY_AGGREGATES = ("mean", "median", "stddev")
+# Aggregates other than the mean that are a time of the benchmark, not a spread of it.
+_LOCATION_AGGREGATES = frozenset({"median", "min", "max"})
 
 
 def looks_like_google_benchmark(document: Any) -> bool:
@@ -75,7 +84,7 @@ def _entry_metrics(entry: dict[str, Any], with_direction: bool) -> dict[str, Any
     time_unit = entry.get("time_unit", "ns")
     metrics: dict[str, Any] = {}
     for key, value in entry.items():
-        if key in _DESCRIPTIVE_KEYS or not is_number(value):
+        if key in _DESCRIPTIVE_KEYS or not is_finite_number(value):
             continue
         if key in ("real_time", "cpu_time"):
             metrics[key] = metric(value, time_unit, LOWER_IS_BETTER if with_direction else None)
@@ -151,8 +160,11 @@ def records_from_google_benchmark(report: Any, source: str) -> list[LocatedRecor
     for index, entry in enumerate(benchmarks):
         path = f"$.benchmarks[{index}]"
         entry = expect_object(entry, source, path)
-        if entry.get("error_occurred") or not is_number(entry.get("real_time")):
+        if entry.get("error_occurred") or entry.get("skipped"):
             continue
+        if "real_time" not in entry:
+            continue  # a complexity fit (BigO, RMS), no run of its own
+        expect_number(entry["real_time"], source, f"{path}.real_time")
         run_name, run_type, aggregate_name = _instance(entry, names, source, path)
         _, iterations, aggregates = instances.setdefault(run_name, (path, [], []))
         if run_type == "aggregate":
@@ -175,8 +187,11 @@ def records_from_google_benchmark(report: Any, source: str) -> list[LocatedRecor
                     continue
                 # a percentage aggregate (cv) is a ratio whatever the time unit is
                 unitless = aggregate.get("aggregate_unit") == "percentage"
-                timings = _entry_metrics(aggregate, with_direction=False)
+                located = name in _LOCATION_AGGREGATES and not unitless
+                timings = _entry_metrics(aggregate, with_direction=located)
                 for key in ("real_time", "cpu_time"):
+                    if key not in timings:
+                        continue  # not finite: left out
                     value = timings[key]
                     metrics[f"{key}_{name}"] = value["value"] if unitless else value
         else:

@@ -9,6 +9,8 @@ schema before anything is sent.
 
 from __future__ import annotations
 
+import json
+import math
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -29,11 +31,17 @@ class LocatedRecord(NamedTuple):
 
 
 def load_json_document(data: bytes, source: str) -> Any:
+    """The report's document. Bare NaN and Infinity, which JSON has not but some tools
+    write (Google Benchmark for a counter it could not compute, Python's json module),
+    are read as floats: a converter drops or refuses them by name."""
     text = utf8_text(data, source)
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as error:
-        raise SourceError(source, f"not valid JSON: {error}") from None
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise SourceError(source, f"not valid JSON: {error}") from None
 
 
 def _type_name(value: Any) -> str:
@@ -70,6 +78,10 @@ def expect_string(value: Any, source: str, path: str) -> str:
 def is_number(value: Any) -> bool:
     # JSON booleans arrive as Python bools, which are ints; they are not measurements.
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_finite_number(value: Any) -> bool:
+    return is_number(value) and math.isfinite(value)
 
 
 def expect_number(value: Any, source: str, path: str) -> float | int:

@@ -282,8 +282,30 @@ def test_a_target_without_a_part_of_an_identity_is_judged_by_the_identity() -> N
     assert complete.regression and "cpu" in complete.look_first
     assert {r.counter: r.reason for r in complete.removed}["total"] == IDENTITY
     # a missing counter that no identity needs changes nothing in the fit
-    reasons = {r.counter: r.reason for r in check.check(without(slower, "disk")).removed}
-    assert reasons["disk"] == MISSING_IN_TARGET
+    without_disk = {r.counter: r for r in check.check(without(slower, "disk")).removed}
+    assert without_disk["disk"].reason == MISSING_IN_TARGET
+
+
+def only(samples: CounterSamples, names: list[str]) -> CounterSamples:
+    return CounterSamples(names, samples.values[:, _columns(samples, names)], samples.label)
+
+
+def _columns(samples: CounterSamples, names: list[str]) -> list[int]:
+    return [samples.names.index(name) for name in names]
+
+
+def test_a_target_with_a_few_of_the_counters_is_judged_by_models_of_those() -> None:
+    """A target that records only cpu and requests: the models fitted on every counter
+    explain them by counters it lacks, and would judge it by their means. Fitted again
+    on its two counters, cpu per request is modelled and its regression seen."""
+    check = CounterRegressionCheck().fit(baseline(5))
+    pair = ["cpu", "requests"]
+    slower = check.check(only(run(43, cpu_per_request=1.1), pair))
+    assert slower.regression and "cpu" in slower.look_first
+    missing = {r.counter: r for r in slower.removed}
+    assert set(missing) >= {"net", "disk", "log", "heap"}
+    assert all("fitted again without it" in missing[name].detail for name in ("net", "heap"))
+    assert not check.check(only(run(40), pair)).regression
 
 
 def test_missing_samples() -> None:

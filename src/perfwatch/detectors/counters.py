@@ -1071,12 +1071,12 @@ class CounterRegressionCheck(BaseEstimator):
         )
 
     def _fit_to_target(self, target: CounterSamples) -> CounterRegressionCheck | None:
-        """This check fitted again on the counters the target has, when the target lacks
-        a counter that made another one a linear identity: the identity was removed in
-        favour of its parts, so without one of them the counter it carried (% Processor
-        Time for a missing % User Time) would go unjudged and a regression in it unseen.
-        None when the target has every counter, or when the fit on its counters still
-        removes every such identity (nothing would be gained)."""
+        """This check fitted again on the counters the target has, when it lacks one the
+        fit had: a model whose predictors the target lacks would judge it by its mean
+        alone (a CPU-per-request regression unseen once the counters that explained
+        the requests are gone), and an identity removed in favour of its parts (% Processor
+        Time for a missing % User Time) would go unjudged. None when the target has every
+        counter, or when too few of them are left to fit (judged as fitted, without them)."""
         identities = {r.counter for r in self.removed_ if r.reason == IDENTITY}
         present = set(target.names)
         usable, mostly_missing = self._drop_mostly_missing(
@@ -1084,7 +1084,7 @@ class CounterRegressionCheck(BaseEstimator):
         )
         absent = [name for name in self.names_ if name not in usable]
         # the fit on the target's counters has no absent counter: it never fits again
-        if not absent or not identities & set(usable):
+        if not absent:
             return None
         runs = [
             CounterSamples(usable, run.values[:, _columns(run, usable)], run.label)
@@ -1098,9 +1098,12 @@ class CounterRegressionCheck(BaseEstimator):
         except ValueError:
             return None  # too few counters left to fit: judged as fitted, without them
         recovered = sorted(identities & set(refit._baseline))
-        if not recovered:
-            return None
-        explained = ", ".join(recovered)
+        refitted = "the baseline was fitted again without it"
+        if recovered:
+            refitted += (
+                f", so {', '.join(recovered)}, which the first fit removed as a linear "
+                "identity of it and other counters, is judged in its place"
+            )
         why = {r.counter: r.detail for r in mostly_missing}
         # what the baseline recorded stays known: counters left out before the fit's
         # analysis (missing in a baseline run) keep their reason, the absent ones get theirs
@@ -1110,9 +1113,7 @@ class CounterRegressionCheck(BaseEstimator):
             RemovedCounter(
                 name,
                 MOSTLY_MISSING if name in why else MISSING_IN_TARGET,
-                f"{why.get(name, 'not recorded in the target')}; the baseline was fitted "
-                f"again without it, so {explained}, which the first fit removed as a "
-                "linear identity of it and other counters, is judged in its place",
+                f"{why.get(name, 'not recorded in the target')}; {refitted}",
             )
             for name in absent
         ]

@@ -366,6 +366,17 @@ def test_bad_options_exit_2(tmp_path: Path, args: list[str], fragment: str) -> N
     assert fragment in result.stderr
 
 
+def test_a_direction_for_a_metric_that_metrics_leaves_out_is_ignored(tmp_path: Path) -> None:
+    csv, _ = two_metric_csv(tmp_path / "two.csv")
+    fixed = ("--direction", "latency_ms=lower", "--direction", "throughput_ops_s=higher")
+    for chosen in ("latency_ms", "throughput_ops_s"):
+        result = run(csv, "--metrics", chosen, *fixed)
+        assert result.exit_code == 0, result.output
+    typo = run(csv, "--direction", "latency_ms=lower", "--direction", "latncy_ms=lower")
+    assert typo.exit_code == 2
+    assert "no metric named 'latncy_ms'" in typo.stderr
+
+
 # --- the configuration file ---------------------------------------------------------------
 
 

@@ -68,8 +68,11 @@ def test_good_run_exits_0_with_the_verdict_first(files: dict) -> None:
     assert "clusters, most unusual first:" in out
 
 
-def test_a_pass_at_p_1_gives_no_empty_value(files: dict) -> None:
-    code, out, _ = invoke("--baseline", *files["good"], "--target", files["good"][0])
+def test_a_pass_at_p_1_gives_no_empty_value(files: dict, tmp_path: Path) -> None:
+    # a copy of a baseline run: nothing about it is unusual
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(files["good"][0].read_bytes())
+    code, out, _ = invoke("--baseline", *files["good"], "--target", copy)
     assert code == 0, out
     assert out.startswith("no regression: p 1 (corrected for the "), out
     assert "--" not in out.splitlines()[0]
@@ -179,7 +182,9 @@ def test_usage_and_input_errors_exit_2(files: dict, tmp_path: Path) -> None:
     assert code == 2 and "no such file" in err
     short = tmp_path / "short.csv"
     short.write_text("time,cpu,mem\n" + "".join(f"{i},{i % 3},{i % 5}\n" for i in range(12)))
-    code, _, err = invoke("--baseline", short, "--target", short)
+    short_target = tmp_path / "short_target.csv"
+    short_target.write_bytes(short.read_bytes())
+    code, _, err = invoke("--baseline", short, "--target", short_target)
     assert code == 2 and "steady-state sample" in err
 
 
@@ -241,3 +246,14 @@ def test_workload_counters_add_their_models(files: dict) -> None:
         "--baseline", *files["good"], "--target", files["target"], "--workload", " "
     )
     assert code == 2 and "--workload" in err
+
+
+def test_a_run_given_twice_is_a_usage_error(files: dict) -> None:
+    good = files["good"]
+    again = f"{good[0].parent}/./{good[0].name}"
+    code, out, err = invoke("--baseline", *good, again, "--target", files["target"])
+    assert (code, out) == (2, "")
+    assert "good0.csv is given twice (also as" in err
+    code, out, err = invoke("--baseline", *good, "--target", good[1])
+    assert (code, out) == (2, "")
+    assert "good1.csv is also a baseline file" in err

@@ -155,7 +155,10 @@ def analyze(
             keep_missing=True,
         )
         _check_found(loaded, metrics, files)
-        unknown = sorted(set(directions) - {series.metric for series in loaded})
+        # with --metrics, a direction for a metric it leaves out is not a typo: a fixed
+        # list of directions serves every choice of metrics
+        judged = set(directions) if not metrics else set(directions) & set(metrics)
+        unknown = sorted(judged - {series.metric for series in loaded})
         if unknown:
             raise click.BadParameter(
                 f"no metric named {', '.join(map(repr, unknown))} among the series analysed",

@@ -148,6 +148,7 @@ def compare(
     try:
         baseline = _runs(baseline_files)
         targets = _runs([target_file])
+        _check_each_run_once(baseline_files, target_file)  # once each is known to be runs
         if len(targets) != 1:
             raise SourceError(target_file, f"holds {len(targets)} runs; the target must be one")
         calibration = _runs(calibrate_files) if calibrate_files else []
@@ -186,6 +187,24 @@ def compare(
     else:
         click.echo(render_text(result, check))
     raise SystemExit(EXIT_FOUND if result.regression else EXIT_OK)
+
+
+def _check_each_run_once(baseline_files: Sequence[str], target_file: str) -> None:
+    """A file named twice would count its run twice (its variation judged as none), and
+    a target among the baseline runs is judged against itself."""
+    seen: dict[Path, str] = {}
+    for file in baseline_files:
+        earlier = seen.setdefault(Path(file).resolve(), file)
+        if earlier is not file:
+            also = "" if earlier == file else f" (also as {earlier})"
+            raise click.BadParameter(
+                f"{file} is given twice{also}: each run counts once", param_hint="'--baseline'"
+            )
+    if Path(target_file).resolve() in seen:
+        raise click.BadParameter(
+            f"{target_file} is also a baseline file: a run is not judged against itself",
+            param_hint="'--target'",
+        )
 
 
 def _runs(files: Sequence[str]) -> list[CounterSamples]:

@@ -119,7 +119,7 @@ def test_only_listed_inputs_are_profiled(pytester: pytest.Pytester) -> None:
         "--perfwatch-profile=update.json", "--perfwatch-only=sample.txt", "--perfwatch-repeats=1"
     )
     result.assert_outcomes(passed=1, deselected=3)
-    result.stdout.fnmatch_lines(["*1 ids listed in --perfwatch-only were not collected*"])
+    result.stdout.fnmatch_lines(["*1 ids listed in the sample file (`perfwatch profile --only`*"])
     profile_file = read_input_profile(pytester.path / "update.json")
     assert profile_file.kind == "update_sample"
     assert [p.input_id for p in profile_file.profiles] == ["test_suite.py::test_sizes[200]"]

@@ -43,14 +43,17 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
-def config_option(command: Callable[..., Any]) -> Any:
-    """``--config FILE``, passed as ``config_path``."""
+def config_option(
+    command: Callable[..., Any], *, reads: str = "then PERFWATCH_* variables, then these flags"
+) -> Any:
+    """``--config FILE``, passed as ``config_path``; `reads`: what the command takes from
+    it, and what overrides it."""
     return click.option(
         "--config",
         "config_path",
         type=click.Path(dir_okay=False, path_type=Path),
         show_default=f"${CONFIG_ENV_VAR}, else ./{DEFAULT_CONFIG_FILE} if present",
-        help="perfwatch.toml to read (then PERFWATCH_* variables, then these flags).",
+        help=f"perfwatch.toml to read ({reads}).",
     )(command)
 
 

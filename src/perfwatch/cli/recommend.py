@@ -80,7 +80,8 @@ class Share(click.ParamType):
 @click.option(
     "--eps",
     type=FiniteFloatRange(min=0, min_open=True),
-    help="DBSCAN radius [default: knee of the sorted k-distances].",
+    help="DBSCAN radius [default: the best-scoring of the knee of the sorted k-distances "
+    "and some of their quantiles; the output names the rule].",
 )
 @click.option(
     "--min-samples",

@@ -201,8 +201,9 @@ class ProfilingSession:
             )
         if self.missing:
             terminalreporter.write_line(
-                f"perfwatch: {len(self.missing)} ids listed in --perfwatch-only were not "
-                f"collected, first: {self.missing[0]}"
+                f"perfwatch: {len(self.missing)} ids listed in the sample file (`perfwatch "
+                f"profile --only`, pytest --perfwatch-only) were not collected, first: "
+                f"{self.missing[0]}"
             )
 
 

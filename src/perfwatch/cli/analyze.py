@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import functools
 import gc
 import sys
 from collections.abc import Iterable, Sequence
@@ -104,11 +103,7 @@ class SeriesResult:
 )
 @click.option("--time-column", help="CSV time column (default: time/timestamp/date, else first).")
 @click.option("--sep", help="CSV separator (default: detected from the header; 'tab' for TAB).")
-@functools.partial(
-    config_option,
-    reads="its [directions] and [analyzer] rules; these flags override them, PERFWATCH_* "
-    "variables do not",
-)
+@config_option
 @output_format_option()
 def analyze(
     files: tuple[Path, ...],

@@ -43,17 +43,15 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
-def config_option(
-    command: Callable[..., Any], *, reads: str = "then PERFWATCH_* variables, then these flags"
-) -> Any:
-    """``--config FILE``, passed as ``config_path``; `reads`: what the command takes from
-    it, and what overrides it."""
+def config_option(command: Callable[..., Any]) -> Any:
+    """``--config FILE``, passed as ``config_path``: one help for every command."""
     return click.option(
         "--config",
         "config_path",
         type=click.Path(dir_okay=False, path_type=Path),
         show_default=f"${CONFIG_ENV_VAR}, else ./{DEFAULT_CONFIG_FILE} if present",
-        help=f"perfwatch.toml to read ({reads}).",
+        help="perfwatch.toml to read; these flags override it, and so do PERFWATCH_* "
+        "variables except for analyze, which takes only its [directions] and [analyzer].",
     )(command)
 
 

@@ -377,6 +377,23 @@ def test_a_direction_for_a_metric_that_metrics_leaves_out_is_ignored(tmp_path: P
     assert "no metric named 'latncy_ms'" in typo.stderr
 
 
+def test_a_series_too_short_for_a_change_point_says_so(tmp_path: Path) -> None:
+    five = tmp_path / "five.csv"
+    five.write_text("time,v\n1,10\n2,10.1\n3,9.9\n4,20\n5,20.1\n")
+    result = run(five)
+    assert result.exit_code == 0, result.output
+    title = result.stdout.splitlines()[0]
+    assert (
+        "(5 runs, 0 change point(s), too few runs with a value to place one: it needs 6)" in title
+    )
+    # Otava's mode has no minimum segment: it places one, and says nothing of the kind
+    otava = run(five, "--compat", "otava")
+    assert "1 change point(s))" in otava.stdout.splitlines()[0]
+    six = tmp_path / "six.csv"
+    six.write_text("time,v\n1,10\n2,10.1\n3,9.9\n4,20\n5,20.1\n6,19.9\n")
+    assert "too few" not in run(six).stdout
+
+
 # --- the configuration file ---------------------------------------------------------------
 
 

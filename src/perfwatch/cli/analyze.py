@@ -57,6 +57,9 @@ class FoundChange:
 class SeriesResult:
     series: MetricSeries
     changes: list[FoundChange]
+    # the runs with a value the series' mode needs to place any change point, when it has
+    # fewer: a report that says only "0 change point(s)" would read as "nothing changed"
+    needs_runs: int | None = None
 
 
 @click.command()
@@ -392,11 +395,17 @@ def _prepared(
 
 
 def _detect_all(series: Sequence[MetricSeries], params: _Parameters) -> list[SeriesResult]:
+    import numpy as np
+
     from perfwatch.detectors.edivisive import classify_direction, detect_change_points
 
     results = []
     for each in _with_progress(series):
-        changes = detect_change_points(each.values, params.for_series(each))
+        series_params = params.for_series(each)
+        changes = detect_change_points(each.values, series_params)
+        # the default mode leaves min_segment_len runs on each side of a change point
+        needs = None if series_params.is_compat else 2 * series_params.min_segment_len
+        valued = int(np.count_nonzero(~np.isnan(each.values)))
         results.append(
             SeriesResult(
                 each,
@@ -404,6 +413,7 @@ def _detect_all(series: Sequence[MetricSeries], params: _Parameters) -> list[Ser
                     FoundChange(c, classify_direction(c.forward_change_percent, each.direction))
                     for c in changes
                 ],
+                needs if needs is not None and valued < needs else None,
             )
         )
     return results
@@ -498,6 +508,8 @@ def _series_title(result: SeriesResult, *, colour: bool) -> str:
     series = result.series
     better = {"higher_is_better": "higher is better", "lower_is_better": "lower is better"}
     details = [f"{len(series)} runs", f"{len(result.changes)} change point(s)"]
+    if result.needs_runs is not None:
+        details.append(f"too few runs with a value to place one: it needs {result.needs_runs}")
     if series.direction is not None:
         details.insert(0, better[series.direction])
     if series.unit:

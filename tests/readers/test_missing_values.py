@@ -126,6 +126,19 @@ def test_keep_missing_keeps_every_run_with_nan_for_the_blank_cells(tmp_path: Pat
     assert dropped_y.commits == ["c00001", "c00002", "c00003"]
 
 
+@pytest.mark.parametrize("marker", ["N/A", "NA", "-", "null", "nan", " n/a "])
+def test_a_missing_value_marker_is_an_empty_cell(tmp_path: Path, marker: str) -> None:
+    blank = tmp_path / "blank.csv"
+    blank.write_text("time,lat,host\n1,,a\n2,10,a\n3,,a\n4,11,a\n")
+    marked = tmp_path / "marked.csv"
+    marked.write_text(blank.read_text().replace(",,", f",{marker},"))
+    # a metric column whose first cells say "not measured" is still a metric
+    (from_blank,) = read_otava_csv(blank, keep_missing=True)
+    (from_marked,) = read_otava_csv(marked, keep_missing=True)
+    assert from_marked.metric == "lat"
+    np.testing.assert_array_equal(from_marked.values, from_blank.values)
+
+
 def test_publish_sends_a_csv_row_as_a_record_without_its_empty_cells(tmp_path: Path) -> None:
     table = {"x": [1.0, math.nan, 3.0, math.nan], "y": [math.nan, 20.0, 30.0, math.nan]}
     found = read_input_file(write_csv(tmp_path / "t.csv", table)).records

@@ -309,8 +309,19 @@ def _parse_times(
     raise SourceError(source, problem, line=row_lines[read], column=column)
 
 
+# Cells that spreadsheets, shell scripts and numpy write for a value that was not measured:
+# a run without the metric, like an empty cell (compared in lower case).
+MISSING_MARKERS = frozenset({"na", "n/a", "-", "null", "nan"})
+
+
+def _measured(cell: str) -> str:
+    """The cell's text, empty for a value that was not measured."""
+    text = cell.strip()
+    return "" if text.lower() in MISSING_MARKERS else text
+
+
 def _looks_numeric(cells: Sequence[str]) -> bool:
-    first = next((text for cell in cells if (text := cell.strip())), None)
+    first = next((text for cell in cells if (text := _measured(cell))), None)
     if first is None:
         return False
     try:
@@ -342,7 +353,7 @@ def _metric_values(
     present: list[int] = []
     numbers: list[float] = []
     for position, row in enumerate(rows):
-        text = cells[row].strip()
+        text = _measured(cells[row])
         if text:
             present.append(position)
             numbers.append(_parse_number(text, row_lines[row], column, name, source))

@@ -389,6 +389,17 @@ def test_bad_bounds_are_refused() -> None:
         select_points(series_of(COMMITS), since="zzzz")
     with pytest.raises(SourceError, match="ambiguous"):
         select_points(series_of(["abcd1", "abcd2"]), until="abcd")
+    # a prefix that many commits share names a few of them and counts the rest
+    many = [f"0000{i:036d}" for i in range(40)]
+    with pytest.raises(SourceError, match=r"ambiguous \(40 commits\): 0{40}, .* and 35 more$"):
+        select_points(series_of(many), since="0000")
+
+
+def test_a_nul_byte_is_named_as_utf16_without_its_mark(tmp_path: Path) -> None:
+    path = tmp_path / "u16.csv"
+    path.write_bytes("time,v\n1,10\n2,11\n".encode("utf-16-le"))
+    with pytest.raises(SourceError, match=r"u16\.csv:1:2: not UTF-8 text \(a NUL byte: UTF-16"):
+        read_otava_csv(path)
 
 
 def test_branches_must_not_mix() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 from pathlib import Path
+from typing import NoReturn
 
 
 class SourceError(ValueError):
@@ -67,14 +68,24 @@ def as_utf8(data: bytes, source: str | Path) -> bytes:
 
 def utf8_text(data: bytes, source: str | Path, problem: str = "not UTF-8 text") -> str:
     """``data`` decoded as UTF-8, or a SourceError at the first byte that is not UTF-8:
-    its line, column and value, worded alike for every format."""
+    its line, column and value, worded alike for every format. A NUL byte is valid UTF-8
+    but no text has one: UTF-16 without its byte-order mark has one in every other byte,
+    which a reader would otherwise report as rows of the wrong shape."""
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line_start = data.rfind(b"\n", 0, error.start) + 1
-        raise SourceError(
-            source,
-            f"{problem} (byte 0x{data[error.start]:02x}); save it as UTF-8",
-            line=data.count(b"\n", 0, error.start) + 1,
-            column=error.start - line_start + 1,
-        ) from None
+        _raise_at(data, error.start, f"{problem} (byte 0x{data[error.start]:02x})", source)
+    nul = data.find(b"\0")
+    if nul >= 0:
+        _raise_at(data, nul, f"{problem} (a NUL byte: UTF-16 without a byte-order mark?)", source)
+    return text
+
+
+def _raise_at(data: bytes, offset: int, problem: str, source: str | Path) -> NoReturn:
+    line_start = data.rfind(b"\n", 0, offset) + 1
+    raise SourceError(
+        source,
+        f"{problem}; save it as UTF-8",
+        line=data.count(b"\n", 0, offset) + 1,
+        column=offset - line_start + 1,
+    ) from None

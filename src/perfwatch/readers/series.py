@@ -119,6 +119,10 @@ def _to_end(series: MetricSeries, keep: list[int], bound: str) -> list[int]:
     return [i for i in keep if series.times[i] <= end]
 
 
+# Commits an ambiguous prefix's error names (a short prefix can match every commit).
+AMBIGUOUS_SHOWN = 5
+
+
 def _commit_position(series: MetricSeries, bound: str, *, first: bool) -> int | None:
     """Index of the run of commit ``bound`` (exact, or a unique prefix); None if no commit
     matches. ``first`` picks the earliest run of that commit, else the latest."""
@@ -127,8 +131,13 @@ def _commit_position(series: MetricSeries, bound: str, *, first: bool) -> int | 
         exact = [i for i, c in enumerate(series.commits) if c is not None and c.startswith(bound)]
         matched = {series.commits[i] for i in exact}
         if len(matched) > 1:
-            shown = ", ".join(sorted(c for c in matched if c is not None))
-            raise series.error(f"commit prefix {bound!r} is ambiguous: {shown}")
+            commits = sorted(c for c in matched if c is not None)
+            shown = ", ".join(commits[:AMBIGUOUS_SHOWN])
+            if len(commits) > AMBIGUOUS_SHOWN:
+                shown += f" and {len(commits) - AMBIGUOUS_SHOWN} more"
+            raise series.error(
+                f"commit prefix {bound!r} is ambiguous ({len(commits)} commits): {shown}"
+            )
     if not exact:
         return None
     return exact[0] if first else exact[-1]

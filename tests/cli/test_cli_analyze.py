@@ -289,7 +289,7 @@ GOOD = "time,x\n2024-01-01,1\n2024-01-02,2\n2024-01-03,3\n"
         ),
         ("time,x,x\n2024-01-01,1,1\n", ":1:3", "duplicate column name 'x'"),
         (GOOD + "2024-01-04,abc\n", ":5:2", "unparsable number 'abc'"),
-        (GOOD + "2024-01-04,NaN\n", ":5:2", "non-finite value 'NaN'"),
+        (GOOD + "2024-01-04,Infinity\n", ":5:2", "non-finite value 'Infinity'"),
         (GOOD + "2024-01-04,-inf\n", ":5:2", "non-finite value '-inf'"),
         (GOOD + "2024-01-04," + "9" * 200 + "\n", ":5:2", "value 1e+200 in metric column 'x'"),
         (GOOD + "04/01/2024,4\n", ":5:1", "unparsable time '04/01/2024'"),

@@ -278,10 +278,10 @@ class PulsarStandalone(ChildProcessBroker):
         if self._process is not None:
             raise StandaloneError(f"the standalone is already running (pid {self._process.pid})")
         java = self._check_prerequisites()
-        run_dir = self._prepare_run_dir()
-        reused = (run_dir / "bookkeeper").is_dir()
         began = time.monotonic()
         try:
+            run_dir = self._prepare_run_dir()
+            reused = (run_dir / "bookkeeper").is_dir()
             for attempt in (1, 2):
                 log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
                 self._launch(java, run_dir)
@@ -381,7 +381,14 @@ class PulsarStandalone(ChildProcessBroker):
 
     def _prepare_run_dir(self) -> Path:
         if self.data_dir is None:
-            self._run_dir = Path(tempfile.mkdtemp(prefix="perfwatch-pulsar-"))
+            # Ctrl-C or SIGTERM between making the folder and remembering it would leave it
+            # behind: the signal waits until stop() can find the folder
+            stopping = {signal.SIGINT, signal.SIGTERM}
+            before = signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
+            try:
+                self._run_dir = Path(tempfile.mkdtemp(prefix="perfwatch-pulsar-"))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, before)
         else:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._run_dir = self.data_dir

@@ -165,7 +165,7 @@ class BrokerConfig(Section):
         "warning",
         "Lowest level of the Pulsar client's own log lines (written to stderr); off: none. "
         "Those of the connection attempts perfwatch reports itself (the first connection: one "
-        "error line; the dashboard's: one warning an outage) only at debug or info.",
+        "error line; the dashboard's: one warning per outage) only at debug or info.",
     )
 
     @property

@@ -386,6 +386,7 @@ def test_a_series_too_short_for_a_change_point_says_so(tmp_path: Path) -> None:
     assert (
         "(5 runs, 0 change point(s), too few runs with a value to place one: it needs 6)" in title
     )
+    assert run_json(five)["series"][0]["needs_runs"] == 6
     # Otava's mode has no minimum segment: it places one, and says nothing of the kind
     otava = run(five, "--compat", "otava")
     assert "1 change point(s))" in otava.stdout.splitlines()[0]

@@ -256,4 +256,10 @@ def test_a_run_given_twice_is_a_usage_error(files: dict) -> None:
     assert "good0.csv is given twice (also as" in err
     code, out, err = invoke("--baseline", *good, "--target", good[1])
     assert (code, out) == (2, "")
-    assert "good1.csv is also a baseline file" in err
+    assert "good1.csv is also a good run (--baseline or --calibrate)" in err
+    calibration = files["calibration"]
+    code, out, err = invoke(
+        "--baseline", *good, "--calibrate", calibration[0], "--target", calibration[0]
+    )
+    assert (code, out) == (2, "")
+    assert "cal0.csv is also a good run" in err

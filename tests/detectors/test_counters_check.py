@@ -308,6 +308,16 @@ def test_a_target_with_a_few_of_the_counters_is_judged_by_models_of_those() -> N
     assert not check.check(only(run(40), pair)).regression
 
 
+def test_a_missing_counter_that_no_model_uses_changes_no_model() -> None:
+    def with_pid(samples: CounterSamples) -> CounterSamples:
+        return with_counter(samples, "pid", np.full(samples.values.shape[0], 4242.0))
+
+    check = CounterRegressionCheck().fit([with_pid(r) for r in baseline(5)])
+    missing = {r.counter: r for r in check.check(run(43, cpu_per_request=1.5)).removed}
+    assert missing["pid"].reason == MISSING_IN_TARGET
+    assert "fitted again" not in missing["pid"].detail
+
+
 def test_missing_samples() -> None:
     rng = np.random.default_rng(22)
     runs = baseline()

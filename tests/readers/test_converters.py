@@ -271,11 +271,12 @@ def test_google_benchmark_skipped_failed_and_uncomputed_measure_nothing(tmp_path
     records = read_input_file(path).records
     assert [r.record["test"] for r in records] == ["BM_ok"]
     assert set(records[0].record["metrics"]) == {"real_time", "cpu_time"}
-    # a time that is no number is named, not dropped with its benchmark
-    benchmarks[0]["real_time"] = "fast"
-    path.write_bytes(orjson.dumps({"context": {}, "benchmarks": benchmarks}))
-    with pytest.raises(SourceError, match=r"\$\.benchmarks\[0\]\.real_time: expected a number"):
-        read_input_file(path)
+    # a time or rate that is no number is named, not dropped with its benchmark or metric
+    for key in ("real_time", "cpu_time", "items_per_second"):
+        broken = [{**benchmarks[0], key: "fast"}, *benchmarks[1:]]
+        path.write_bytes(orjson.dumps({"context": {}, "benchmarks": broken}))
+        with pytest.raises(SourceError, match=rf"\$\.benchmarks\[0\]\.{key}: expected a number"):
+            read_input_file(path)
 
 
 def _report(name: str) -> tuple[Any, str]:

@@ -28,7 +28,7 @@ from perfwatch.state import (
     StoreUnavailable,
     open_store,
 )
-from perfwatch.state.sqlite import SqliteStore
+from perfwatch.state.sqlite import SqliteStore, sqlite_path
 
 
 @pytest.fixture
@@ -340,6 +340,9 @@ def test_a_sqlite_path_may_start_at_the_home_folder(
         add(store, KEY, "r1", 1.0)
     assert (tmp_path / "home.db").is_file()
     assert not (tmp_path.parent / "~").exists()  # not a folder named "~"
+    # "./~/" is the escape for a folder named "~", and "~user/" is no home folder
+    assert sqlite_path("sqlite:///./~/x.db") == Path("~/x.db")
+    assert sqlite_path("sqlite:///~nobody/x.db") == Path("~nobody/x.db")
 
 
 @pytest.mark.postgres

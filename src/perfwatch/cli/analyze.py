@@ -454,6 +454,7 @@ def _result_json(result: SeriesResult) -> dict[str, Any]:
             }
             for found in result.changes
         ],
+        **({"needs_runs": result.needs_runs} if result.needs_runs is not None else {}),
     }
 
 

@@ -148,7 +148,7 @@ def compare(
     try:
         baseline = _runs(baseline_files)
         targets = _runs([target_file])
-        _check_each_run_once(baseline_files, target_file)  # once each is known to be runs
+        _check_each_run_once(baseline_files, calibrate_files, target_file)  # all are runs
         if len(targets) != 1:
             raise SourceError(target_file, f"holds {len(targets)} runs; the target must be one")
         calibration = _runs(calibrate_files) if calibrate_files else []
@@ -189,9 +189,12 @@ def compare(
     raise SystemExit(EXIT_FOUND if result.regression else EXIT_OK)
 
 
-def _check_each_run_once(baseline_files: Sequence[str], target_file: str) -> None:
+def _check_each_run_once(
+    baseline_files: Sequence[str], calibrate_files: Sequence[str], target_file: str
+) -> None:
     """A file named twice would count its run twice (its variation judged as none), and
-    a target among the baseline runs is judged against itself."""
+    a target among the good runs is judged against itself: a calibration that holds it
+    raises the threshold to its own error."""
     seen: dict[Path, str] = {}
     for file in baseline_files:
         earlier = seen.setdefault(Path(file).resolve(), file)
@@ -200,9 +203,11 @@ def _check_each_run_once(baseline_files: Sequence[str], target_file: str) -> Non
             raise click.BadParameter(
                 f"{file} is given twice{also}: each run counts once", param_hint="'--baseline'"
             )
-    if Path(target_file).resolve() in seen:
+    good = {**seen, **{Path(file).resolve(): file for file in calibrate_files}}
+    if Path(target_file).resolve() in good:
         raise click.BadParameter(
-            f"{target_file} is also a baseline file: a run is not judged against itself",
+            f"{target_file} is also a good run (--baseline or --calibrate): a run is not "
+            "judged against itself",
             param_hint="'--target'",
         )
 

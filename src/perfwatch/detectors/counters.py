@@ -1083,8 +1083,9 @@ class CounterRegressionCheck(BaseEstimator):
             [name for name in self.names_ if name in present], [target], "target"
         )
         absent = [name for name in self.names_ if name not in usable]
-        # the fit on the target's counters has no absent counter: it never fits again
-        if not absent:
+        # the fit on the target's counters has no absent counter: it never fits again; a
+        # counter no model uses (constant in the baseline, say) changes no model
+        if not any(name in self._baseline for name in absent):
             return None
         runs = [
             CounterSamples(usable, run.values[:, _columns(run, usable)], run.label)

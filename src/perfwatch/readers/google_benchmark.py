@@ -13,7 +13,7 @@ order the report lists them:
   stddev or cv). Without aggregates, several repetitions are averaged.
 - Benchmarks that reported an error or were skipped (`SkipWithMessage`) have no
   measurement and give no record; complexity rows (BigO, RMS) are fits over
-  several instances, not runs, and are left out too. A `real_time` that is not
+  several instances, not runs, and are left out too. A time or rate that is not
   a number is an error naming it.
 - A counter Google Benchmark could not compute is written as a bare `NaN` or
   `Infinity` (not JSON, read anyway): that metric is left out of its record.
@@ -164,7 +164,9 @@ def records_from_google_benchmark(report: Any, source: str) -> list[LocatedRecor
             continue
         if "real_time" not in entry:
             continue  # a complexity fit (BigO, RMS), no run of its own
-        expect_number(entry["real_time"], source, f"{path}.real_time")
+        for key in ("real_time", "cpu_time", *_RATES):
+            if key in entry:
+                expect_number(entry[key], source, f"{path}.{key}")
         run_name, run_type, aggregate_name = _instance(entry, names, source, path)
         _, iterations, aggregates = instances.setdefault(run_name, (path, [], []))
         if run_type == "aggregate":

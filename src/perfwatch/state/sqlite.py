@@ -14,9 +14,10 @@ SYNCHRONOUS_MODES = ("off", "normal", "full", "extra")
 
 
 def sqlite_path(url: str) -> Path:
-    """The file of a `sqlite:///PATH` URL, its options left out; a leading ``~`` is the
-    home folder, as in a shell (a folder literally named ``~`` is never meant)."""
-    return Path(url.removeprefix("sqlite:///").split("?", 1)[0]).expanduser()
+    """The file of a `sqlite:///PATH` URL, its options left out; a leading ``~/`` is the
+    home folder, as in a shell (``./~/`` names a folder called ``~``)."""
+    text = url.removeprefix("sqlite:///").split("?", 1)[0]
+    return Path.home() / text[2:] if text.startswith("~/") else Path(text)
 
 
 class SqliteStore(SqlStore):

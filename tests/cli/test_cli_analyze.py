@@ -351,7 +351,10 @@ def test_selection_leaving_too_few_runs_is_an_error(tmp_path: Path) -> None:
         (["--metrics", "nope"], "no metric named 'nope'"),
         (["--direction", "x=sideways"], "is not METRIC=higher or METRIC=lower"),
         (["--direction", "nope=higher"], "'--direction': no metric named 'nope' among the series"),
-        (["--since", "not-a-commit"], "neither a commit of this series nor an ISO 8601"),
+        (
+            ["--since", "not-a-commit"],
+            "neither a commit of this series (or a prefix of one, at least 4",
+        ),
         (["-P", "2"], "-P"),
         (["--sep", "ab"], "not a single character"),
         (["-M", "nan"], "'nan' is not a finite number"),

@@ -245,6 +245,13 @@ def test_a_close_vote_prints_the_command_to_sample_more(tmp_path: Path) -> None:
         (["--baseline", "missing.json"], "missing.json: no such file"),
         (["--baseline", "{baseline}", "--acceptable-slowdown", "lots"], "not a share"),
         (["--baseline", "{baseline}", "--attributes", "size,colour"], "unknown attribute"),
+        # another method's option would be ignored without a word
+        (
+            ["--baseline", "{baseline}", "--method", "kmeans", "--eps", "0.5"],
+            "'--eps': is DBSCAN's",
+        ),
+        (["--baseline", "{baseline}", "--method", "gmm", "--min-samples", "3"], "'--min-samples'"),
+        (["--baseline", "{baseline}", "--n-clusters", "3"], "'--n-clusters': is for kmeans"),
     ],
 )
 def test_bad_input_is_named(files: dict[str, Path], args: list[str], message: str) -> None:

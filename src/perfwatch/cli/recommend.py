@@ -232,6 +232,18 @@ def recommend(
         raise click.UsageError("--reference is the old code's side of --update: give --update too")
     if exit_code and update is None:
         raise click.UsageError("--exit-code tells the recommendation for --update: give --update")
+    # an option of another method would be ignored without a word
+    if method != "dbscan":
+        for value, option in ((eps, "--eps"), (min_samples, "--min-samples")):
+            if value is not None:
+                raise click.BadParameter(
+                    f"is DBSCAN's; --method {method} takes --n-clusters", param_hint=f"'{option}'"
+                )
+    elif n_clusters is not None:
+        raise click.BadParameter(
+            "is for kmeans, gmm and agglomerative; DBSCAN takes --eps and --min-samples",
+            param_hint="'--n-clusters'",
+        )
     for path, option in ((sample_out, "--sample-out"), (plot, "--plot")):
         if path is not None:
             check_writable(path, option)

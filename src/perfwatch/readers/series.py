@@ -149,7 +149,8 @@ def _time_bound(series: MetricSeries, bound: str) -> tuple[datetime, bool]:
         moment = datetime.fromisoformat(bound)
     except ValueError:
         raise series.error(
-            f"{bound!r} is neither a commit of this series nor an ISO 8601 date or date-time"
+            f"{bound!r} is neither a commit of this series (or a prefix of one, at least "
+            f"{MIN_COMMIT_PREFIX} characters) nor an ISO 8601 date or date-time"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)

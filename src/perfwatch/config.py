@@ -47,7 +47,7 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 # The Pulsar client's own lines can also be turned off: during an outage it writes one
 # for each attempt to reconnect, and a processor reports the outage itself.
-ClientLogLevel = Literal["debug", "info", "warning", "error", "off"]
+ClientLogLevel = Literal[LogLevel, "off"]
 # The methods of perfwatch.detectors.inputs.InputClustering (not imported: it loads scikit-learn).
 ClusteringMethod = Literal["dbscan", "kmeans", "gmm", "agglomerative"]
 INPUT_CLUSTERING_METHODS: tuple[str, ...] = get_args(ClusteringMethod)

@@ -287,11 +287,8 @@ def test_a_target_without_a_part_of_an_identity_is_judged_by_the_identity() -> N
 
 
 def only(samples: CounterSamples, names: list[str]) -> CounterSamples:
-    return CounterSamples(names, samples.values[:, _columns(samples, names)], samples.label)
-
-
-def _columns(samples: CounterSamples, names: list[str]) -> list[int]:
-    return [samples.names.index(name) for name in names]
+    columns = np.column_stack([samples.column(name) for name in names])
+    return CounterSamples(names, columns, samples.label)
 
 
 def test_a_target_with_a_few_of_the_counters_is_judged_by_models_of_those() -> None:

@@ -405,7 +405,8 @@ def _detect_all(series: Sequence[MetricSeries], params: _Parameters) -> list[Ser
         changes = detect_change_points(each.values, series_params)
         # the default mode leaves min_segment_len runs on each side of a change point
         needs = None if series_params.is_compat else 2 * series_params.min_segment_len
-        valued = int(np.count_nonzero(~np.isnan(each.values)))
+        if needs is not None and np.count_nonzero(~np.isnan(each.values)) >= needs:
+            needs = None
         results.append(
             SeriesResult(
                 each,
@@ -413,7 +414,7 @@ def _detect_all(series: Sequence[MetricSeries], params: _Parameters) -> list[Ser
                     FoundChange(c, classify_direction(c.forward_change_percent, each.direction))
                     for c in changes
                 ],
-                needs if needs is not None and valued < needs else None,
+                needs,
             )
         )
     return results

@@ -279,17 +279,13 @@ def watch(
                     verdict = decode_verdict(message)
                     if verdict is not None:
                         tests.note(verdict)
-                    if (
-                        verdict is not None
-                        and source.verdict_filter.accepts(verdict)
-                        and seen.first_time(verdict)
-                    ):
-                        if output_format == "json":
-                            stdout.write(message.data() + b"\n")
-                            stdout.flush()
-                        else:
-                            click.echo(verdict_line(verdict), color=color)
-                        shown += 1
+                        if source.verdict_filter.accepts(verdict) and seen.first_time(verdict):
+                            if output_format == "json":
+                                stdout.write(message.data() + b"\n")
+                                stdout.flush()
+                            else:
+                                click.echo(verdict_line(verdict), color=color)
+                            shown += 1
                     feed.acknowledge(message)
                     if source.limit is not None and shown >= source.limit:
                         break

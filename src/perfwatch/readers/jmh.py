@@ -34,7 +34,6 @@ time comes from elsewhere.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
@@ -49,6 +48,7 @@ from perfwatch.readers.tool_json import (
     expect_array,
     expect_object,
     expect_string,
+    is_finite_number,
     is_number,
     metric,
 )
@@ -94,9 +94,9 @@ def _unit_direction(unit: str) -> str | None:
 def _score(value: Any, source: str, path: str) -> float | int | None:
     """A score, or None for JMH's spelling of a score that is not a finite number (or a
     bare NaN or Infinity, which a report edited by a JSON writer that allows them has)."""
-    if is_number(value):
-        return value if math.isfinite(value) else None
-    if value in _NOT_A_SCORE:
+    if is_finite_number(value):
+        return value
+    if is_number(value) or value in _NOT_A_SCORE:
         return None
     raise SourceError(
         source,
